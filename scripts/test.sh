@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Install everything the tests need into .venv (from scratch on a fresh machine), then run
+# the linters, the type checker and the test suite with its coverage gate.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export MEM0_TELEMETRY=False HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+python="${PYTHON:-python3}"
+[ -x .venv/bin/python ] || "$python" -m venv .venv
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[test]"
+
+.venv/bin/ruff check src tests scripts
+.venv/bin/ruff format --check src tests scripts
+.venv/bin/mypy --strict src
+.venv/bin/python -m pytest --cov --cov-report=term --cov-fail-under=90 "$@"

@@ -1,0 +1,3 @@
+from memory_bridge.cli import main
+
+main()

@@ -1,0 +1,94 @@
+"""The application factory. Every long-lived object is built once, in the lifespan."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import httpx
+from fastapi import FastAPI
+
+from memory_bridge.background import BackgroundWork
+from memory_bridge.chat.handler import ChatHandler
+from memory_bridge.chat.upstream import Upstream
+from memory_bridge.context.template import MemoryTemplate, load_template
+from memory_bridge.http import admin_routes, chat_routes, passthrough_routes
+from memory_bridge.http.auth import EdgeMiddleware
+from memory_bridge.http.errors import install_error_handlers
+from memory_bridge.settings import Settings
+from memory_bridge.sources.base import MemorySource
+from memory_bridge.sources.history import SessionHistory
+from memory_bridge.storage.db import create_engine, create_schema, session_factory
+from memory_bridge.storage.events import EventLog
+from memory_bridge.storage.sessions import SessionRepository
+from memory_bridge.storage.tokens import TokenStore
+
+log = logging.getLogger(__name__)
+
+
+def load_templates(settings: Settings) -> dict[str, MemoryTemplate]:
+    """Both templates, read up front: a missing one stops the server before it binds."""
+    return {
+        "en": load_template(settings.memory_template_path),
+        "zh": load_template(settings.memory_template_zh_path),
+    }
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+    templates = load_templates(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine = create_engine(settings.resolved_database_url)
+        await create_schema(engine)
+        sessions = session_factory(engine)
+        client = httpx.AsyncClient(
+            timeout=httpx.Timeout(settings.http_timeout, connect=settings.http_connect_timeout),
+            limits=httpx.Limits(
+                max_connections=settings.http_max_connections,
+                max_keepalive_connections=settings.http_max_keepalive,
+            ),
+            follow_redirects=False,
+        )
+        background = BackgroundWork()
+        sources: tuple[MemorySource, ...] = (SessionHistory(SessionRepository(sessions)),)
+        upstream = Upstream(client, settings.forwarded_header_names)
+        app.state.settings = settings
+        app.state.tokens = TokenStore(sessions, settings.token_cache_ttl)
+        app.state.events = EventLog(sessions)
+        app.state.sources = sources
+        app.state.upstream = upstream
+        app.state.background = background
+        app.state.chat = ChatHandler(
+            sources, upstream, templates, background, settings.memory_store_timeout
+        )
+        log.info("MemoryBridge ready")
+        try:
+            yield
+        finally:
+            await background.drain(settings.background_drain_timeout)
+            await client.aclose()
+            await engine.dispose()
+            log.info("MemoryBridge stopped")
+
+    app = FastAPI(
+        title="MemoryBridge",
+        version="0.1.0",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
+    install_error_handlers(app)
+    app.add_middleware(EdgeMiddleware)
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    app.include_router(chat_routes.router)
+    app.include_router(passthrough_routes.router)
+    app.include_router(admin_routes.router)
+    return app

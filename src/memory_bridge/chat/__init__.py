@@ -1,0 +1,1 @@
+"""Chat completions: forwarding upstream replies and capturing what they said."""

@@ -1,0 +1,145 @@
+"""The `memory-bridge` command: init, serve, and admin-token recovery."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from memory_bridge.settings import Settings
+
+cli = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+
+SENTINEL_RUNNING = ".initializing"
+SENTINEL_DONE = ".initialized"
+
+
+def _data_dir(settings: Settings) -> Path:
+    return settings.memory_bridge_data_dir
+
+
+def _fail(message: str, code: int = 1) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code)
+
+
+@cli.command()
+def init(
+    admin_token_file: Annotated[
+        Path | None, typer.Option(help="Also write the admin token to this file (mode 0600).")
+    ] = None,
+) -> None:
+    """Create the data directory, the database schema and, once, an admin token."""
+    settings = Settings()
+    data = _data_dir(settings)
+    data.mkdir(parents=True, exist_ok=True)
+    running = data / SENTINEL_RUNNING
+    if running.exists():
+        typer.echo("A previous `memory-bridge init` was interrupted; running it again.")
+    running.touch()
+    secret = asyncio.run(initialise(settings))
+    if secret is None:
+        typer.echo("An admin token already exists; no new one was created.")
+        typer.echo("Lost it? `memory-bridge rotate-admin-token` replaces it.")
+    else:
+        typer.echo(f"Admin token: {secret}")
+        if admin_token_file is not None:
+            _write_private(admin_token_file, secret)
+    running.replace(data / SENTINEL_DONE)
+    typer.echo(f"Initialised {data.resolve()}.")
+
+
+@cli.command("rotate-admin-token")
+def rotate_admin_token(
+    admin_token_file: Annotated[
+        Path | None, typer.Option(help="Also write the admin token to this file (mode 0600).")
+    ] = None,
+) -> None:
+    """Replace the admin token (the old one stops working) and print the new one once."""
+    settings = Settings()
+    _check_initialised(settings)
+    secret = asyncio.run(_rotate_admin(settings))
+    typer.echo(f"Admin token: {secret}")
+    if admin_token_file is not None:
+        _write_private(admin_token_file, secret)
+
+
+@cli.command()
+def serve(
+    host: Annotated[str | None, typer.Option(help="Default: MEMORY_BRIDGE_HOST.")] = None,
+    port: Annotated[int | None, typer.Option(help="Default: MEMORY_BRIDGE_PORT.")] = None,
+) -> None:
+    """Run the proxy until SIGINT/SIGTERM; in-flight requests and background work finish."""
+    import uvicorn
+
+    from memory_bridge.app import create_app
+    from memory_bridge.context.template import TemplateError
+    from memory_bridge.logs import configure_logging
+
+    settings = Settings()
+    _check_initialised(settings)
+    configure_logging(settings.log_level)
+    try:
+        app = create_app(settings)
+    except TemplateError as exc:
+        raise _fail(str(exc), 2) from None
+    config = uvicorn.Config(
+        app,
+        host=host or settings.memory_bridge_host,
+        port=settings.memory_bridge_port if port is None else port,
+        log_config=None,
+        lifespan="on",
+        server_header=False,
+        date_header=False,
+        timeout_graceful_shutdown=int(settings.background_drain_timeout),
+    )
+    uvicorn.Server(config).run()
+
+
+def _check_initialised(settings: Settings) -> None:
+    data = _data_dir(settings)
+    if (data / SENTINEL_RUNNING).exists():
+        raise _fail("`memory-bridge init` was interrupted; re-run `memory-bridge init`.")
+    if not (data / SENTINEL_DONE).exists():
+        raise _fail(f"{data} is not initialised; run `memory-bridge init` first.")
+
+
+async def initialise(settings: Settings) -> str | None:
+    from memory_bridge.storage.db import create_engine, create_schema, session_factory
+    from memory_bridge.storage.tokens import TokenStore
+
+    engine = create_engine(settings.resolved_database_url)
+    try:
+        await create_schema(engine)
+        store = TokenStore(session_factory(engine), cache_ttl=0)
+        if await store.has_admin():
+            return None
+        return await store.create_admin()
+    finally:
+        await engine.dispose()
+
+
+async def _rotate_admin(settings: Settings) -> str:
+    from memory_bridge.storage.db import create_engine, create_schema, session_factory
+    from memory_bridge.storage.tokens import TokenStore
+
+    engine = create_engine(settings.resolved_database_url)
+    try:
+        await create_schema(engine)
+        return await TokenStore(session_factory(engine), cache_ttl=0).rotate_admin()
+    finally:
+        await engine.dispose()
+
+
+def _write_private(path: Path, secret: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(secret + "\n")
+    path.chmod(0o600)  # an existing file keeps its old mode through os.open
+
+
+def main() -> None:
+    cli()

@@ -1,0 +1,1 @@
+"""Recall fan-out and assembly of the messages sent upstream."""

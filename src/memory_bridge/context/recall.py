@@ -1,0 +1,47 @@
+"""Recall from every source at once, and the failure policy, enforced here and only here."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from memory_bridge.errors import ProxyError
+from memory_bridge.sources.base import MemorySource, OnRecallFailure, Recall
+from memory_bridge.turn import Turn
+
+log = logging.getLogger(__name__)
+
+
+async def recall_all(sources: tuple[MemorySource, ...], turn: Turn) -> list[Recall]:
+    outcomes = await asyncio.gather(
+        *(source.recall(turn) for source in sources), return_exceptions=True
+    )
+    recalls: list[Recall] = []
+    failure: ProxyError | None = None
+    for source, outcome in zip(sources, outcomes, strict=True):
+        if isinstance(outcome, Recall):
+            recalls.append(outcome)
+            continue
+        if not isinstance(outcome, Exception):
+            raise outcome  # CancelledError and friends are not ours to swallow
+        error = _apply_policy(source, outcome)
+        if error is None:
+            recalls.append(Recall(source=source.name))
+        elif failure is None or error.status < failure.status:
+            failure = error
+    if failure is not None:
+        raise failure
+    return recalls
+
+
+def _apply_policy(source: MemorySource, exc: Exception) -> ProxyError | None:
+    policy = source.on_recall_failure
+    # Only the exception's class: messages from client libraries can quote URLs or keys.
+    log.warning("recall from %s failed (%s)", source.name, type(exc).__name__)
+    if policy is OnRecallFailure.BEST_EFFORT:
+        return None
+    if policy is OnRecallFailure.MEMORY_UNAVAILABLE:
+        return ProxyError(
+            502, "memory_retrieval_failed", f"Memory retrieval failed ({source.name})."
+        )
+    return ProxyError(500, "internal_error", f"Local memory storage failed ({source.name}).")

@@ -1,0 +1,34 @@
+"""Memory templates: files that wrap the long-term memory block into the system prompt."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+PLACEHOLDER = "{memories}"
+
+
+class TemplateError(RuntimeError):
+    """A template file is missing or unusable; the server must not start with it."""
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryTemplate:
+    text: str
+
+    def render(self, memories: tuple[str, ...]) -> str:
+        listing = "\n".join(f"- {m.strip()}" for m in memories if m.strip())
+        # str.replace, not str.format: templates may contain other braces.
+        return self.text.replace(PLACEHOLDER, listing).strip()
+
+
+def load_template(path: Path) -> MemoryTemplate:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise TemplateError(f"memory template not found: {path}") from None
+    except OSError as exc:
+        raise TemplateError(f"memory template unreadable: {path} ({exc.strerror})") from None
+    if PLACEHOLDER not in text:
+        raise TemplateError(f"memory template {path} lacks the {PLACEHOLDER} placeholder")
+    return MemoryTemplate(text)

@@ -1,0 +1,1 @@
+"""The edge: authentication, routes, and the rendering of errors."""

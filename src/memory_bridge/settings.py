@@ -1,0 +1,59 @@
+"""Infrastructure settings, read from `.env` and the environment.
+
+Only infrastructure lives here (ports, paths, timeouts). Upstream and embedder API keys
+belong to tokens and are stored in the database, never in `.env`.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# Headers that carry request tracing or OpenAI account routing; forwarded upstream as is.
+DEFAULT_FORWARDED_HEADERS = (
+    "traceparent",
+    "tracestate",
+    "openai-organization",
+    "openai-project",
+)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_file=".env", env_file_encoding="utf-8", extra="ignore", frozen=True
+    )
+
+    log_level: str = "INFO"
+    memory_bridge_host: str = "127.0.0.1"
+    memory_bridge_port: int = Field(default=8000, ge=0, le=65535)
+    memory_bridge_data_dir: Path = Path("data")
+    database_url: str = ""
+
+    http_timeout: float = Field(default=120.0, gt=0)
+    http_connect_timeout: float = Field(default=10.0, gt=0)
+    http_max_connections: int = Field(default=512, gt=0)
+    http_max_keepalive: int = Field(default=128, gt=0)
+    forward_headers: str = ""
+
+    memory_template_path: Path = Path("templates/memory_template.md")
+    memory_template_zh_path: Path = Path("templates/memory_template_zh.md")
+
+    memory_search_timeout: float = Field(default=30.0, gt=0)
+    memory_store_timeout: float = Field(default=120.0, gt=0)
+
+    token_cache_ttl: float = Field(default=5.0, ge=0)
+    background_drain_timeout: float = Field(default=30.0, gt=0)
+
+    @cached_property
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite+aiosqlite:///{self.memory_bridge_data_dir / 'memory_bridge.db'}"
+
+    @cached_property
+    def forwarded_header_names(self) -> frozenset[str]:
+        extra = (h.strip().lower() for h in self.forward_headers.split(","))
+        return frozenset(DEFAULT_FORWARDED_HEADERS) | {h for h in extra if h}

@@ -1,0 +1,1 @@
+"""Memory layers. Each is one module implementing `MemorySource` (see `base`)."""

@@ -1,0 +1,73 @@
+"""The shape every memory layer shares, and what it hands to the assembler.
+
+The chat handler never knows which sources exist: it asks each to recall, gives the results to
+the assembler, and gives the finished exchange to each to remember. What happens when a source
+fails is declared here, by the source, and enforced in one place (`context.recall`).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Protocol
+
+from memory_bridge.messages import Message
+from memory_bridge.tenancy.config import TokenConfig
+from memory_bridge.turn import Reply, Turn
+
+
+class OnRecallFailure(enum.Enum):
+    INTERNAL_ERROR = "internal_error"  # local state that must work: the request fails (500)
+    MEMORY_UNAVAILABLE = "memory_unavailable"  # a hard dependency: the request fails (502)
+    BEST_EFFORT = "best_effort"  # the request goes on without this source
+
+
+@dataclass(frozen=True, slots=True)
+class Recall:
+    """What one source contributes to a request. Every field is optional."""
+
+    source: str
+    memories: tuple[str, ...] = ()  # items for the template's {memories} block
+    system_blocks: tuple[str, ...] = ()  # labelled blocks appended to the system prompt
+    reference: Message | None = None  # an ephemeral message placed before history
+    history: tuple[Message, ...] = ()  # stored conversation, oldest first
+    stored_prefix: int = 0  # leading request messages (system excluded) already stored
+
+    @property
+    def injected(self) -> int:
+        return (
+            len(self.memories)
+            + len(self.history)
+            + len(self.system_blocks)
+            + (1 if self.reference is not None else 0)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Exchange:
+    """A turn that completed normally: what was new in the request, and the reply."""
+
+    turn: Turn
+    new_messages: tuple[Message, ...]  # conversation messages not stored before (no system)
+    reply: Reply
+
+    @property
+    def user_texts(self) -> tuple[str, ...]:
+        return tuple(t for m in self.new_messages if m.role == "user" and (t := m.text().strip()))
+
+
+class MemorySource(Protocol):
+    name: str
+    on_recall_failure: OnRecallFailure
+    # True: remembered before the response ends (read-your-writes); False: background work.
+    remember_inline: bool
+
+    async def recall(self, turn: Turn) -> Recall: ...
+
+    async def remember(self, exchange: Exchange) -> None: ...
+
+    async def purge(self, token_id: int) -> None: ...
+
+    def describe(self, config: TokenConfig) -> str:
+        """A one-line state of this layer for a token, shown in admin details."""
+        ...

@@ -1,0 +1,1 @@
+"""SQL storage through SQLAlchemy's async engine: SQLite by default, PostgreSQL when outgrown."""

@@ -1,0 +1,218 @@
+"""Service and admin tokens in the database, with a short in-process cache for auth.
+
+Only a digest of each secret is stored. A row whose config no longer validates makes that
+token unusable (auth answers "unknown") rather than crashing anything.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from memory_bridge.storage.tables import tokens
+from memory_bridge.tenancy.config import TokenConfig, TokenConfigError, validate_config
+from memory_bridge.tenancy.secrets import ADMIN_PREFIX, digest, digests_match, new_secret
+
+log = logging.getLogger(__name__)
+_CACHE_LIMIT = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    token_id: int
+    is_admin: bool
+    config: TokenConfig | None
+
+
+@dataclass(frozen=True, slots=True)
+class TokenRecord:
+    id: int
+    name: str
+    is_admin: bool
+    config: TokenConfig | None
+    config_error: str | None
+    created_at: datetime | None
+    updated_at: datetime | None
+
+
+class TokenStore:
+    def __init__(self, sessions: async_sessionmaker[AsyncSession], cache_ttl: float) -> None:
+        self._sessions = sessions
+        self._ttl = cache_ttl
+        self._cache: dict[str, tuple[float, Principal]] = {}
+        self._listeners: list[Callable[[int], None]] = []
+
+    def on_change(self, listener: Callable[[int], None]) -> None:
+        """Call `listener(token_id)` whenever a token's config or secret changes or it goes."""
+        self._listeners.append(listener)
+
+    async def authenticate(self, secret: str) -> Principal | None:
+        key = digest(secret)
+        hit = self._cache.get(key)
+        now = time.monotonic()
+        if hit is not None and hit[0] > now:
+            return hit[1]
+        async with self._sessions() as s:
+            row = (
+                await s.execute(
+                    select(
+                        tokens.c.id, tokens.c.is_admin, tokens.c.config, tokens.c.secret_hash
+                    ).where(tokens.c.secret_hash == key)
+                )
+            ).first()
+        if row is None or not digests_match(row.secret_hash, key):
+            return None
+        principal: Principal
+        if row.is_admin:
+            principal = Principal(row.id, True, None)
+        else:
+            config, error = _load_config(row.config)
+            if config is None:
+                log.warning("token %d is unusable: stored config is invalid (%s)", row.id, error)
+                return None
+            principal = Principal(row.id, False, config)
+        if len(self._cache) >= _CACHE_LIMIT:
+            self._cache.clear()
+        self._cache[key] = (now + self._ttl, principal)
+        return principal
+
+    async def has_admin(self) -> bool:
+        async with self._sessions() as s:
+            count = await s.scalar(
+                select(func.count()).select_from(tokens).where(tokens.c.is_admin.is_(True))
+            )
+        return bool(count)
+
+    async def create_admin(self) -> str:
+        secret = new_secret(ADMIN_PREFIX)
+        async with self._sessions.begin() as s:
+            await s.execute(
+                insert(tokens).values(
+                    name="admin", is_admin=True, secret_hash=digest(secret), config=None
+                )
+            )
+        return secret
+
+    async def rotate_admin(self) -> str:
+        """Replace every admin secret with one new one (recovery when the old one is lost)."""
+        secret = new_secret(ADMIN_PREFIX)
+        async with self._sessions.begin() as s:
+            await s.execute(delete(tokens).where(tokens.c.is_admin.is_(True)))
+            await s.execute(
+                insert(tokens).values(
+                    name="admin", is_admin=True, secret_hash=digest(secret), config=None
+                )
+            )
+        self._cache.clear()
+        return secret
+
+    async def create(self, config: TokenConfig) -> tuple[TokenRecord, str]:
+        secret = new_secret()
+        async with self._sessions.begin() as s:
+            result = await s.execute(
+                insert(tokens)
+                .values(
+                    name=config.name,
+                    is_admin=False,
+                    secret_hash=digest(secret),
+                    config=_dump(config),
+                )
+                .returning(tokens.c.id)
+            )
+            token_id = int(result.scalar_one())
+        record = await self.get(token_id)
+        assert record is not None
+        return record, secret
+
+    async def get(self, token_id: int) -> TokenRecord | None:
+        async with self._sessions() as s:
+            row = (
+                await s.execute(
+                    select(tokens).where(tokens.c.id == token_id, tokens.c.is_admin.is_(False))
+                )
+            ).first()
+        return None if row is None else _record(row)
+
+    async def list(self) -> list[TokenRecord]:
+        async with self._sessions() as s:
+            rows = (
+                await s.execute(
+                    select(tokens).where(tokens.c.is_admin.is_(False)).order_by(tokens.c.id)
+                )
+            ).all()
+        return [_record(r) for r in rows]
+
+    async def update(self, token_id: int, config: TokenConfig) -> TokenRecord | None:
+        async with self._sessions.begin() as s:
+            result = await s.execute(
+                update(tokens)
+                .where(tokens.c.id == token_id, tokens.c.is_admin.is_(False))
+                .values(name=config.name, config=_dump(config), updated_at=func.now())
+            )
+        if not result.rowcount:  # type: ignore[attr-defined]
+            return None
+        self._changed(token_id)
+        return await self.get(token_id)
+
+    async def rotate(self, token_id: int) -> str | None:
+        secret = new_secret()
+        async with self._sessions.begin() as s:
+            result = await s.execute(
+                update(tokens)
+                .where(tokens.c.id == token_id, tokens.c.is_admin.is_(False))
+                .values(secret_hash=digest(secret), updated_at=func.now())
+            )
+        if not result.rowcount:  # type: ignore[attr-defined]
+            return None
+        self._changed(token_id)
+        return secret
+
+    async def delete(self, token_id: int) -> bool:
+        async with self._sessions.begin() as s:
+            result = await s.execute(
+                delete(tokens).where(tokens.c.id == token_id, tokens.c.is_admin.is_(False))
+            )
+        if not result.rowcount:  # type: ignore[attr-defined]
+            return False
+        self._changed(token_id)
+        return True
+
+    def _changed(self, token_id: int) -> None:
+        for key, (_, principal) in list(self._cache.items()):
+            if principal.token_id == token_id:
+                del self._cache[key]
+        for listener in self._listeners:
+            listener(token_id)
+
+
+def _dump(config: TokenConfig) -> str:
+    return json.dumps(config.model_dump(exclude_none=True), separators=(",", ":"))
+
+
+def _load_config(raw: str | None) -> tuple[TokenConfig | None, str | None]:
+    try:
+        return validate_config(json.loads(raw or "null")), None
+    except (TokenConfigError, ValueError) as exc:
+        field = exc.field if isinstance(exc, TokenConfigError) else "config"
+        return None, f"invalid field {field}"
+
+
+def _record(row: Any) -> TokenRecord:
+    config, error = _load_config(row.config)
+    return TokenRecord(
+        id=row.id,
+        name=row.name,
+        is_admin=row.is_admin,
+        config=config,
+        config_error=error,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )

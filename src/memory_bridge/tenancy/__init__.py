@@ -1,0 +1,1 @@
+"""Service tokens: their configuration, secrets and masking (no I/O here)."""

@@ -1,0 +1,124 @@
+"""A token's configuration: validated hard on the way in, frozen once loaded.
+
+A present string that is empty, an integer that is zero or negative, a body that is not a
+JSON object, or an unknown field is an error naming the field; nothing is guessed.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    field_validator,
+)
+
+NonEmpty = Annotated[StrictStr, Field(min_length=1, max_length=4096)]
+Positive = Annotated[StrictInt, Field(gt=0)]
+JsonObject = dict[str, Any]
+
+
+class TokenConfigError(ValueError):
+    """A token configuration is invalid; `field` names the first offending field."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+class TokenConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: NonEmpty
+    llm_base_url: NonEmpty
+    llm_api_key: NonEmpty | None = None
+    session_window_size: Annotated[StrictInt, Field(gt=0, le=1000)] = 20
+    memory_limit: Annotated[StrictInt, Field(gt=0, le=100)] = 5
+    memory_prompt: NonEmpty | None = None
+    memory_llm_provider: NonEmpty | None = None
+    memory_llm_base_url: NonEmpty | None = None
+    memory_llm_api_key: NonEmpty | None = None
+    memory_llm_body: JsonObject | None = None
+    embed_provider: NonEmpty | None = None
+    embed_base_url: NonEmpty | None = None
+    embed_api_key: NonEmpty | None = None
+    embed_dims: Positive | None = None
+    embed_body: JsonObject | None = None
+    template: Literal["en", "zh"] = "en"
+    memory: JsonObject | None = None
+
+    @field_validator(
+        "name",
+        "llm_base_url",
+        "llm_api_key",
+        "memory_prompt",
+        "memory_llm_provider",
+        "memory_llm_base_url",
+        "memory_llm_api_key",
+        "embed_provider",
+        "embed_base_url",
+        "embed_api_key",
+    )
+    @classmethod
+    def _not_blank(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("must not be blank")
+        return value
+
+    @field_validator("llm_base_url", "memory_llm_base_url", "embed_base_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError("must be an http(s) URL")
+        return value.rstrip("/")
+
+    def chat_url(self) -> str:
+        return self.api_url("chat/completions")
+
+    def api_url(self, path: str) -> str:
+        """`llm_base_url` may be given with or without its `/v1`; both reach `.../v1/<path>`."""
+        base = self.llm_base_url
+        if not base.endswith("/v1"):
+            base += "/v1"
+        return f"{base}/{path}"
+
+
+def validate_config(data: object) -> TokenConfig:
+    if not isinstance(data, dict):
+        raise TokenConfigError("body", "must be a JSON object")
+    try:
+        return TokenConfig.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]) or "body"
+        message = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
+        raise TokenConfigError(field, message) from None
+
+
+def merge_patch(current: TokenConfig, patch: object) -> TokenConfig:
+    """Apply a partial update; `null` clears an optional field. Validated like a create."""
+    if not isinstance(patch, dict):
+        raise TokenConfigError("body", "must be a JSON object")
+    merged = current.model_dump(exclude_none=True)
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = value
+    return validate_config(merged)
+
+
+def config_secrets(config: TokenConfig) -> tuple[str, ...]:
+    """Every secret a token's config holds, to scrub from anything that could be shown."""
+    from memory_bridge.tenancy.secrets import secret_values
+
+    return tuple(secret_values(config.model_dump(exclude_none=True)))

@@ -1,0 +1,237 @@
+"""The token field `memory`: curated-only or hybrid (curated + Memory Gateway).
+
+`parse_memory_config(token_config.memory)` turns the raw JSON object into a frozen
+`MemoryConfig`, raising `TokenConfigError` (field named like `memory.gateway.topK`) on anything
+invalid. Keys may be camelCase or snake_case; an error names the key as the caller spelled it.
+
+No `memory` section (or no `mode`) is *implicit* hybrid: the Gateway layer is used when its
+credentials are complete, otherwise the token runs degraded on curated memory alone. An explicit
+`"mode": "hybrid"` makes the credentials required. `"curated"` ignores any gateway block.
+
+The Gateway `userKey` is held as a `SecretStr` and left out of `repr`, and no error message
+ever quotes a submitted value, so the key cannot leak through a log line or a 422 body.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from memory_bridge.tenancy.config import TokenConfigError
+
+__all__ = [
+    "DEFAULT_SCOPE",
+    "GatewayConfig",
+    "GatewayScope",
+    "MemoryConfig",
+    "MemoryMode",
+    "gateway_status",
+    "parse_memory_config",
+]
+
+MemoryMode = Literal["curated", "hybrid"]
+GatewayScope = Literal["current_chat", "resources", "all_user_memory"]
+# The issue gives no default scope; its example's value is the natural one: this chat's
+# memories plus shared resources, without reaching into the user's other conversations.
+DEFAULT_SCOPE: tuple[GatewayScope, ...] = ("current_chat", "resources")
+
+_NonEmpty = Annotated[StrictStr, Field(min_length=1, max_length=4096)]
+
+# snake_case (the model's names) → camelCase (the documented spelling).
+_GATEWAY_KEYS = {
+    "base_url": "baseUrl",
+    "user_id": "userId",
+    "user_key": "userKey",
+    "app_id": "appId",
+    "project_id": "projectId",
+    "scope": "scope",
+    "top_k": "topK",
+    "timeout_seconds": "timeoutSeconds",
+}
+_MEMORY_KEYS = {"mode": "mode", "gateway": "gateway"}
+_CREDENTIALS = ("base_url", "user_id", "user_key")
+
+
+class GatewayConfig(BaseModel):
+    """Where and as whom the Memory Gateway is reached. Complete and valid by construction."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    base_url: _NonEmpty
+    user_id: _NonEmpty
+    user_key: SecretStr = Field(repr=False)
+    app_id: _NonEmpty = "default"
+    project_id: _NonEmpty = "default"
+    scope: tuple[GatewayScope, ...] = DEFAULT_SCOPE
+    top_k: Annotated[StrictInt, Field(ge=1, le=100)] = 8
+    timeout_seconds: float = 10.0
+
+    @field_validator("base_url", "user_id", "app_id", "project_id")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be blank")
+        return value
+
+    @field_validator("user_key", mode="before")
+    @classmethod
+    def _key_is_text(cls, value: object) -> object:
+        # Checked before SecretStr wraps it: a non-string or blank key is a config error.
+        if not isinstance(value, str | SecretStr):
+            raise ValueError("must be a string")
+        text = value.get_secret_value() if isinstance(value, SecretStr) else value
+        if not text.strip():
+            raise ValueError("must not be blank")
+        return value
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be an http(s) URL")
+        # Credentials in the URL would escape the userKey's masking; a query or fragment would
+        # break `{baseUrl}/memories/...`.
+        if parts.username is not None or parts.password is not None:
+            raise ValueError("must not contain credentials (the Gateway authenticates by userKey)")
+        if parts.query or parts.fragment:
+            raise ValueError("must not have a query or fragment")
+        return value.rstrip("/")
+
+    @field_validator("scope", mode="before")
+    @classmethod
+    def _scope_list(cls, value: object) -> object:
+        if not isinstance(value, list | tuple):
+            raise ValueError("must be an array")
+        if not value:
+            raise ValueError("must not be empty")
+        if len(set(map(repr, value))) != len(value):
+            raise ValueError("must not repeat an entry")
+        return tuple(value)
+
+    @field_validator("timeout_seconds", mode="before")
+    @classmethod
+    def _timeout(cls, value: object) -> object:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError("must be a number")
+        if not math.isfinite(value) or value <= 0:
+            raise ValueError("must be greater than 0")
+        return float(value)
+
+
+class MemoryConfig(BaseModel):
+    """A token's memory layers. `gateway` is None when the Gateway layer is off or degraded."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    mode: MemoryMode = "hybrid"
+    explicit: bool = False  # False: no `mode` was given, hybrid is implied
+    gateway: GatewayConfig | None = None
+
+    @model_validator(mode="after")
+    def _curated_has_no_gateway(self) -> MemoryConfig:
+        if self.mode == "curated" and self.gateway is not None:
+            raise ValueError("curated mode has no gateway")
+        return self
+
+    @property
+    def gateway_active(self) -> bool:
+        return self.gateway is not None
+
+
+def gateway_status(cfg: MemoryConfig) -> str:
+    """The Gateway layer's state for admin details and the load-time warning."""
+    if cfg.gateway is not None:
+        return "active"
+    if cfg.mode == "curated":
+        return "off (curated mode)"
+    return "degraded: no gateway credentials"
+
+
+def parse_memory_config(raw: object) -> MemoryConfig:
+    """Validate the token's `memory` field (a JSON object or None); raise TokenConfigError."""
+    if raw is None:
+        return MemoryConfig()
+    if not isinstance(raw, dict):
+        raise TokenConfigError("memory", "must be a JSON object")
+    values, spelled = _normalize(raw, _MEMORY_KEYS, "memory")
+
+    mode = values.get("mode")
+    if mode is not None and mode not in ("curated", "hybrid"):
+        raise TokenConfigError("memory.mode", "must be 'curated' or 'hybrid'")
+    if mode == "curated":
+        return MemoryConfig(mode="curated", explicit=True)
+    explicit = mode == "hybrid"
+
+    block = values.get("gateway")
+    prefix = f"memory.{spelled.get('gateway', 'gateway')}"
+    if block is None:
+        if explicit:
+            raise TokenConfigError(prefix, "required when mode is 'hybrid'")
+        return MemoryConfig()
+    if not isinstance(block, dict):
+        raise TokenConfigError(prefix, "must be a JSON object")
+    gw, gw_spelled = _normalize(block, _GATEWAY_KEYS, prefix)
+
+    def field(name: str) -> str:
+        return f"{prefix}.{gw_spelled.get(name, _GATEWAY_KEYS[name])}"
+
+    for name in _CREDENTIALS:
+        value = gw.get(name)
+        if value is None or (isinstance(value, str) and not value.strip()):
+            if explicit:
+                raise TokenConfigError(field(name), "required when mode is 'hybrid'")
+            # Implicit hybrid without credentials is a supported setup: curated memory only.
+            # The rest of the block is still validated so a typo does not hide until later.
+            gw.pop(name, None)
+    if not all(name in gw for name in _CREDENTIALS):
+        # Validate what was given; stand-ins fill the missing credentials and are discarded.
+        stand_ins = {"base_url": "http://unset", "user_id": "unset", "user_key": "unset"}
+        _validate_gateway({**stand_ins, **gw}, field)
+        return MemoryConfig(explicit=False)
+    return MemoryConfig(explicit=explicit, gateway=_validate_gateway(gw, field))
+
+
+def _normalize(
+    raw: dict[Any, Any], keys: dict[str, str], prefix: str
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """Map camel/snake keys to snake names; return the non-null values and each key's spelling."""
+    by_camel = {camel: snake for snake, camel in keys.items()}
+    values: dict[str, Any] = {}
+    spelled: dict[str, str] = {}
+    for key, value in raw.items():
+        key = str(key)
+        name = key if key in keys else by_camel.get(key)
+        if name is None:
+            raise TokenConfigError(f"{prefix}.{key}", "unknown field")
+        if name in spelled:
+            raise TokenConfigError(f"{prefix}.{key}", f"given twice (also as '{spelled[name]}')")
+        spelled[name] = key
+        if value is not None:  # null means "not given", as in a token PATCH
+            values[name] = value
+    return values, spelled
+
+
+def _validate_gateway(values: dict[str, Any], field: Callable[[str], str]) -> GatewayConfig:
+    try:
+        return GatewayConfig.model_validate(values)
+    except ValidationError as exc:
+        # Only the location and pydantic's fixed message are used: never the submitted input.
+        err = exc.errors(include_url=False, include_input=False, include_context=False)[0]
+        name, *rest = err["loc"]
+        where = field(str(name)) + "".join(f"[{p}]" for p in rest)
+        raise TokenConfigError(where, err["msg"].removeprefix("Value error, ")) from None

@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.fakes.upstream import FakeUpstream
+from tests.support.loopback import LoopbackServer
+from tests.support.proxy import Proxy, start_proxy
+
+
+@pytest.fixture(scope="session")
+def upstream_server() -> Iterator[tuple[FakeUpstream, str]]:
+    fake = FakeUpstream()
+    with LoopbackServer(fake.app) as server:
+        yield fake, server.url
+
+
+@pytest.fixture
+def upstream(upstream_server: tuple[FakeUpstream, str]) -> FakeUpstream:
+    fake, _ = upstream_server
+    fake.reset()
+    return fake
+
+
+@pytest.fixture
+def proxy(
+    tmp_path: Path, upstream: FakeUpstream, upstream_server: tuple[FakeUpstream, str]
+) -> Iterator[Proxy]:
+    server, proxy = start_proxy(tmp_path / "data", upstream_server[1])
+    try:
+        yield proxy
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def logs(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    """Every log record at any level, from every thread (the servers run in threads)."""
+    caplog.set_level(logging.DEBUG)
+    return caplog
