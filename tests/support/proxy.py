@@ -58,7 +58,9 @@ class Proxy:
     def client(self, token: str, **kwargs: Any) -> openai.OpenAI:
         return openai.OpenAI(base_url=f"{self.url}/v1", api_key=token, max_retries=0, **kwargs)
 
-    def chat(self, token: str, headers: dict[str, str] | None = None, **body: Any) -> httpx.Response:
+    def chat(
+        self, token: str, headers: dict[str, str] | None = None, **body: Any
+    ) -> httpx.Response:
         return httpx.post(
             f"{self.url}/v1/chat/completions",
             json=body,
@@ -70,7 +72,9 @@ class Proxy:
 UPSTREAM_KEY = "sk-upstream-secret-key-0123456789"
 
 
-def start_proxy(data_dir: Path, upstream_url: str, **overrides: Any) -> tuple[LoopbackServer, Proxy]:
+def start_proxy(
+    data_dir: Path, upstream_url: str, **overrides: Any
+) -> tuple[LoopbackServer, Proxy]:
     settings = make_settings(data_dir, **overrides)
     admin = asyncio.run(initialise(settings))
     assert admin is not None

@@ -1,0 +1,1 @@
+"""Shared test support code (loopback servers and similar harnesses)."""
