@@ -13,12 +13,15 @@ from memory_bridge.background import BackgroundWork
 from memory_bridge.chat.handler import ChatHandler
 from memory_bridge.chat.upstream import Upstream
 from memory_bridge.context.template import MemoryTemplate, load_template
-from memory_bridge.http import admin_routes, chat_routes, passthrough_routes
+from memory_bridge.http import admin_memory_routes, admin_routes, chat_routes, passthrough_routes
 from memory_bridge.http.auth import EdgeMiddleware
 from memory_bridge.http.errors import install_error_handlers
 from memory_bridge.settings import Settings
 from memory_bridge.sources.base import MemorySource
+from memory_bridge.sources.curated import CuratedMemory
+from memory_bridge.sources.gateway import MemoryGateway
 from memory_bridge.sources.history import SessionHistory
+from memory_bridge.storage.curated import CuratedRepository
 from memory_bridge.storage.db import create_engine, create_schema, session_factory
 from memory_bridge.storage.events import EventLog
 from memory_bridge.storage.sessions import SessionRepository
@@ -53,11 +56,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             follow_redirects=False,
         )
         background = BackgroundWork()
-        sources: tuple[MemorySource, ...] = (SessionHistory(SessionRepository(sessions)),)
+        events = EventLog(sessions)
+        curated = CuratedRepository(sessions)
+        # Order matters only for the system prompt: curated blocks come before the rule.
+        sources: tuple[MemorySource, ...] = (
+            CuratedMemory(curated),
+            SessionHistory(SessionRepository(sessions)),
+            MemoryGateway(client, events),
+        )
         upstream = Upstream(client, settings.forwarded_header_names)
         app.state.settings = settings
         app.state.tokens = TokenStore(sessions, settings.token_cache_ttl)
-        app.state.events = EventLog(sessions)
+        app.state.events = events
+        app.state.curated = curated
         app.state.sources = sources
         app.state.upstream = upstream
         app.state.background = background
@@ -91,4 +102,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(chat_routes.router)
     app.include_router(passthrough_routes.router)
     app.include_router(admin_routes.router)
+    app.include_router(admin_memory_routes.router)
     return app

@@ -100,8 +100,8 @@ def _check_roles(i: int, msg: Message) -> None:
     calls = msg.tool_calls or "function_call" in (msg.model_extra or {})
     if msg.role == "assistant" and msg.content is None and not calls:
         raise MessageError(
-                f"messages[{i}].content: an assistant message needs content or tool_calls"
-            )
+            f"messages[{i}].content: an assistant message needs content or tool_calls"
+        )
 
 
 def conversation(messages: tuple[Message, ...]) -> tuple[Message, ...]:

@@ -44,6 +44,8 @@ class Settings(BaseSettings):
     memory_search_timeout: float = Field(default=30.0, gt=0)
     memory_store_timeout: float = Field(default=120.0, gt=0)
 
+    curated_max_bytes: int = Field(default=65536, gt=0)
+
     token_cache_ttl: float = Field(default=5.0, ge=0)
     background_drain_timeout: float = Field(default=30.0, gt=0)
 

@@ -61,3 +61,14 @@ events = Table(
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Index("ix_events_token", "token_id", "id"),
 )
+
+# MEMORY.md is token-wide (user_id ""); USER.md exists token-wide and per end user.
+curated = Table(
+    "curated",
+    metadata,
+    Column("token_id", Integer, primary_key=True),
+    Column("kind", String(10), primary_key=True),
+    Column("user_id", String(200), primary_key=True),
+    Column("body", Text, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)

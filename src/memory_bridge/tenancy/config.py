@@ -6,6 +6,7 @@ JSON object, or an unknown field is an error naming the field; nothing is guesse
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
@@ -19,17 +20,14 @@ from pydantic import (
     field_validator,
 )
 
+from memory_bridge.tenancy.errors import TokenConfigError
+from memory_bridge.tenancy.memory_config import MemoryConfig, parse_memory_config
+
+__all__ = ["TokenConfig", "TokenConfigError", "config_secrets", "merge_patch", "validate_config"]
+
 NonEmpty = Annotated[StrictStr, Field(min_length=1, max_length=4096)]
 Positive = Annotated[StrictInt, Field(gt=0)]
 JsonObject = dict[str, Any]
-
-
-class TokenConfigError(ValueError):
-    """A token configuration is invalid; `field` names the first offending field."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
 
 
 class TokenConfig(BaseModel):
@@ -81,6 +79,16 @@ class TokenConfig(BaseModel):
             raise ValueError("must be an http(s) URL")
         return value.rstrip("/")
 
+    @field_validator("memory")
+    @classmethod
+    def _memory_block(cls, value: JsonObject | None) -> JsonObject | None:
+        parse_memory_config(value)  # raises TokenConfigError naming e.g. memory.gateway.userKey
+        return value
+
+    @cached_property
+    def memory_config(self) -> MemoryConfig:
+        return parse_memory_config(self.memory)
+
     def chat_url(self) -> str:
         return self.api_url("chat/completions")
 
@@ -97,8 +105,12 @@ def validate_config(data: object) -> TokenConfig:
         raise TokenConfigError("body", "must be a JSON object")
     try:
         return TokenConfig.model_validate(data)
+    except TokenConfigError:
+        raise
     except ValidationError as exc:
         err = exc.errors()[0]
+        if isinstance(cause := (err.get("ctx") or {}).get("error"), TokenConfigError):
+            raise cause from None
         field = ".".join(str(p) for p in err["loc"]) or "body"
         message = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
         raise TokenConfigError(field, message) from None

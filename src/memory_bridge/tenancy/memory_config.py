@@ -31,7 +31,7 @@ from pydantic import (
     model_validator,
 )
 
-from memory_bridge.tenancy.config import TokenConfigError
+from memory_bridge.tenancy.errors import TokenConfigError
 
 __all__ = [
     "DEFAULT_SCOPE",

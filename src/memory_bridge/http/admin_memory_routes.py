@@ -1,0 +1,93 @@
+"""Admin API for a token's curated documents and its audit events."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query, Request
+from starlette.responses import Response
+
+from memory_bridge.errors import ProxyError, invalid_request
+from memory_bridge.storage.curated import CuratedRepository, Kind
+from memory_bridge.storage.events import EventLog
+from memory_bridge.storage.tokens import TokenStore
+
+router = APIRouter(prefix="/v1/admin/tokens/{token_id}")
+UserParam = Annotated[str, Query(max_length=200, description="An end user's USER.md")]
+
+
+async def _known(request: Request, token_id: int) -> None:
+    tokens: TokenStore = request.app.state.tokens
+    if await tokens.get(token_id) is None:
+        raise ProxyError(404, "not_found_error", f"No token with id {token_id}.")
+
+
+def _curated(request: Request) -> CuratedRepository:
+    repo: CuratedRepository = request.app.state.curated
+    return repo
+
+
+@router.get("/curated/{kind}")
+async def get_curated(
+    request: Request,
+    token_id: int,
+    kind: Annotated[Kind, Path()],
+    user: UserParam = "",
+) -> Response:
+    await _known(request, token_id)
+    if kind == "memory" and user:
+        raise invalid_request("MEMORY.md is token-wide; 'user' applies to USER.md only.")
+    body = await _curated(request).get(token_id, kind, user)
+    return Response(body, media_type="text/markdown; charset=utf-8")
+
+
+@router.put("/curated/{kind}", status_code=204)
+async def put_curated(
+    request: Request,
+    token_id: int,
+    kind: Annotated[Kind, Path()],
+    user: UserParam = "",
+) -> Response:
+    await _known(request, token_id)
+    if kind == "memory" and user:
+        raise invalid_request("MEMORY.md is token-wide; 'user' applies to USER.md only.")
+    limit: int = request.app.state.settings.curated_max_bytes
+    raw = await request.body()
+    if len(raw) > limit:
+        raise ProxyError(
+            413, "invalid_request_error", f"Curated documents are limited to {limit} bytes."
+        )
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise invalid_request("The document must be UTF-8 text.", 400) from None
+    await _curated(request).put(token_id, kind, user, text)
+    return Response(status_code=204)
+
+
+@router.get("/events")
+async def list_events(
+    request: Request,
+    token_id: int,
+    session: str | None = None,
+    type: str | None = None,
+    after: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> dict[str, Any]:
+    await _known(request, token_id)
+    events: EventLog = request.app.state.events
+    found = await events.list(token_id, session=session, type_=type, after_id=after, limit=limit)
+    return {
+        "data": [
+            {
+                "id": e.id,
+                "type": e.type,
+                "user": e.user,
+                "session": e.session,
+                "request_id": e.request_id,
+                "data": e.data,
+                "created_at": e.created_at.isoformat() if e.created_at else None,
+            }
+            for e in found
+        ]
+    }
