@@ -1,0 +1,71 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from memory_bridge.context.assemble import assemble
+from memory_bridge.context.template import MemoryTemplate, TemplateError, load_template
+from memory_bridge.messages import Message, parse_messages
+from memory_bridge.sources.base import Recall
+
+TEMPLATE = MemoryTemplate("Known facts {braces ok}:\n{memories}")
+
+
+def _run(raw: list[dict[str, object]], *recalls: Recall) -> list[dict[str, object]] | None:
+    return assemble(raw, parse_messages(raw), list(recalls), TEMPLATE)
+
+
+def test_nothing_to_inject_means_forward_as_is() -> None:
+    assert _run([{"role": "user", "content": "hi"}], Recall(source="x")) is None
+
+
+def test_order_system_reference_history_request() -> None:
+    raw: list[dict[str, object]] = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "now"},
+    ]
+    out = _run(
+        raw,
+        Recall(source="curated", system_blocks=("CURATED",)),
+        Recall(source="longterm", memories=("likes tea", "  ")),
+        Recall(source="gateway", reference=Message(role="user", content="REF")),
+        Recall(source="history", history=(Message(role="user", content="before"),)),
+    )
+    assert out is not None
+    assert out[0] == {
+        "role": "system",
+        "content": "Be brief.\n\nCURATED\n\nKnown facts {braces ok}:\n- likes tea",
+    }
+    assert out[1:] == [
+        {"role": "user", "content": "REF"},
+        {"role": "user", "content": "before"},
+        {"role": "user", "content": "now"},
+    ]
+    assert raw[0]["content"] == "Be brief."  # the client's dicts are not mutated
+
+
+def test_a_system_message_is_created_when_missing_and_parts_are_extended() -> None:
+    out = _run([{"role": "user", "content": "x"}], Recall(source="c", system_blocks=("B",)))
+    assert out == [{"role": "system", "content": "B"}, {"role": "user", "content": "x"}]
+    parts: list[dict[str, object]] = [
+        {"role": "developer", "content": [{"type": "text", "text": "dev"}]},
+        {"role": "user", "content": "x"},
+    ]
+    out = _run(parts, Recall(source="c", system_blocks=("B",)))
+    assert out is not None
+    assert out[0]["content"] == [{"type": "text", "text": "dev"}, {"type": "text", "text": "B"}]
+
+
+def test_templates_must_exist_and_hold_the_placeholder(tmp_path: Path) -> None:
+    with pytest.raises(TemplateError, match="not found"):
+        load_template(tmp_path / "missing.md")
+    bad = tmp_path / "bad.md"
+    bad.write_text("no placeholder")
+    with pytest.raises(TemplateError, match="placeholder"):
+        load_template(bad)
+    with pytest.raises(TemplateError, match="unreadable"):
+        load_template(tmp_path)
+    good = tmp_path / "good.md"
+    good.write_text("M:\n{memories}\n")
+    assert load_template(good).render(("a",)) == "M:\n- a"
