@@ -26,6 +26,7 @@ from memory_bridge.storage.db import create_engine, create_schema, session_facto
 from memory_bridge.storage.events import EventLog
 from memory_bridge.storage.sessions import SessionRepository
 from memory_bridge.storage.tokens import TokenStore
+from memory_bridge.tenancy.memory_config import DegradedWarning
 
 log = logging.getLogger(__name__)
 
@@ -58,17 +59,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         background = BackgroundWork()
         events = EventLog(sessions)
         curated = CuratedRepository(sessions)
+        degraded = DegradedWarning()
         # Order matters only for the system prompt: curated blocks come before the rule.
         sources: tuple[MemorySource, ...] = (
             CuratedMemory(curated),
             SessionHistory(SessionRepository(sessions)),
-            MemoryGateway(client, events),
+            MemoryGateway(client, events, degraded),
         )
         upstream = Upstream(client, settings.forwarded_header_names)
         app.state.settings = settings
         app.state.tokens = TokenStore(sessions, settings.token_cache_ttl)
         app.state.events = events
         app.state.curated = curated
+        app.state.degraded_warning = degraded
         app.state.sources = sources
         app.state.upstream = upstream
         app.state.background = background

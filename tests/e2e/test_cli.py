@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
@@ -21,6 +22,16 @@ from memory_bridge.cli import cli
 from tests.fakes.upstream import FakeUpstream, Scenario
 from tests.support.loopback import LoopbackServer
 from tests.support.proxy import REPO
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Iterator[None]:
+    """`serve` installs a handler on CliRunner's stream, which closes when the run ends."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 @pytest.fixture

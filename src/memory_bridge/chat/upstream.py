@@ -33,9 +33,18 @@ _DROP_RESPONSE_HEADERS = frozenset(
 
 
 def response_headers(headers: httpx.Headers) -> list[tuple[bytes, bytes]]:
-    return [
-        (k, v) for k, v in headers.raw if k.decode("latin-1").lower() not in _DROP_RESPONSE_HEADERS
-    ]
+    """The upstream's response headers as our client should see them.
+
+    Every response carries our own `X-Request-Id` (added at the edge); the upstream's request
+    id is kept, renamed to `X-Upstream-Request-Id`, so neither is lost nor made ambiguous.
+    """
+    out: list[tuple[bytes, bytes]] = []
+    for key, value in headers.raw:
+        name = key.decode("latin-1").lower()
+        if name in _DROP_RESPONSE_HEADERS:
+            continue
+        out.append((b"x-upstream-request-id", value) if name == "x-request-id" else (key, value))
+    return out
 
 
 def passthrough(
@@ -47,10 +56,30 @@ def passthrough(
     return response
 
 
+# Never forwarded, even when an operator names them in the allowlist: the client's credentials
+# (its Authorization is its MemoryBridge token), hop-by-hop headers, and framing httpx sets.
+_NEVER_FORWARDED = frozenset(
+    {
+        "authorization",
+        "proxy-authorization",
+        "cookie",
+        "host",
+        "content-length",
+        "content-encoding",
+        "connection",
+        "keep-alive",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+
+
 class Upstream:
     def __init__(self, client: httpx.AsyncClient, forwarded: frozenset[str]) -> None:
         self._client = client
-        self._forwarded = forwarded
+        self._forwarded = forwarded - _NEVER_FORWARDED
 
     def request_headers(
         self, config: TokenConfig, incoming: Mapping[str, str], *, json_body: bool

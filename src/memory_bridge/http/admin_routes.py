@@ -14,7 +14,7 @@ from memory_bridge.sources.base import MemorySource
 from memory_bridge.storage.events import EventLog
 from memory_bridge.storage.tokens import TokenRecord, TokenStore
 from memory_bridge.tenancy.config import TokenConfigError, merge_patch, validate_config
-from memory_bridge.tenancy.memory_config import gateway_status
+from memory_bridge.tenancy.memory_config import DegradedWarning
 from memory_bridge.tenancy.secrets import mask_secrets
 
 log = logging.getLogger(__name__)
@@ -63,9 +63,8 @@ async def create_token(request: Request) -> JSONResponse:
         raise invalid_request(str(exc)) from None
     record, secret = await _tokens(request).create(config)
     log.info("token %d created (%s)", record.id, record.name)
-    memory = config.memory_config
-    if memory.mode == "hybrid" and memory.gateway is None:
-        log.warning("token %d: %s; curated memory only", record.id, gateway_status(memory))
+    degraded: DegradedWarning = request.app.state.degraded_warning
+    degraded.check(record.id, config.memory_config)
     body = {**detail(record, request.app.state.sources), "token": secret}
     return JSONResponse(body, status_code=201)
 

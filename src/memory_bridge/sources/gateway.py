@@ -16,7 +16,7 @@ from memory_bridge.sources import gateway_client as gw
 from memory_bridge.sources.base import Exchange, OnRecallFailure, Recall
 from memory_bridge.storage.events import EventLog
 from memory_bridge.tenancy.config import TokenConfig
-from memory_bridge.tenancy.memory_config import gateway_status
+from memory_bridge.tenancy.memory_config import DegradedWarning, gateway_status
 from memory_bridge.turn import Turn
 
 log = logging.getLogger(__name__)
@@ -27,15 +27,17 @@ class MemoryGateway:
     on_recall_failure = OnRecallFailure.BEST_EFFORT
     remember_inline = False
 
-    def __init__(self, client: httpx.AsyncClient, events: EventLog) -> None:
+    def __init__(
+        self, client: httpx.AsyncClient, events: EventLog, degraded: DegradedWarning
+    ) -> None:
         self._client = client
         self._events = events
-        self._warned: set[int] = set()
+        self._degraded = degraded
 
     async def recall(self, turn: Turn) -> Recall:
         cfg = turn.config.memory_config.gateway
         if cfg is None:
-            self._warn_degraded_once(turn)
+            self._degraded.check(turn.scope.token_id, turn.config.memory_config)
             return Recall(source=self.name)
         rule = (gw.GATEWAY_RULE,)
         if not turn.query:
@@ -91,14 +93,6 @@ class MemoryGateway:
 
     def describe(self, config: TokenConfig) -> str:
         return gateway_status(config.memory_config)
-
-    def _warn_degraded_once(self, turn: Turn) -> None:
-        memory = turn.config.memory_config
-        if memory.mode == "hybrid" and turn.scope.token_id not in self._warned:
-            self._warned.add(turn.scope.token_id)
-            log.warning(
-                "token %d: %s; curated memory only", turn.scope.token_id, gateway_status(memory)
-            )
 
     async def _audit(self, turn: Turn, type_: str, data: dict[str, Any]) -> None:
         try:

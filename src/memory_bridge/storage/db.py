@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,9 @@ from memory_bridge.storage.tables import metadata
 
 
 def create_engine(url: str) -> AsyncEngine:
+    # aiosqlite logs every statement with its parameters at DEBUG, and token configs (with
+    # their API keys) are parameters: its debug output must never reach a log.
+    logging.getLogger("aiosqlite").setLevel(logging.INFO)
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":

@@ -14,6 +14,7 @@ ever quotes a submitted value, so the key cannot leak through a log line or a 42
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
@@ -35,6 +36,7 @@ from memory_bridge.tenancy.errors import TokenConfigError
 
 __all__ = [
     "DEFAULT_SCOPE",
+    "DegradedWarning",
     "GatewayConfig",
     "GatewayScope",
     "MemoryConfig",
@@ -42,6 +44,8 @@ __all__ = [
     "gateway_status",
     "parse_memory_config",
 ]
+
+log = logging.getLogger(__name__)
 
 MemoryMode = Literal["curated", "hybrid"]
 GatewayScope = Literal["current_chat", "resources", "all_user_memory"]
@@ -160,6 +164,18 @@ def gateway_status(cfg: MemoryConfig) -> str:
     if cfg.mode == "curated":
         return "off (curated mode)"
     return "degraded: no gateway credentials"
+
+
+class DegradedWarning:
+    """Says once per token (per server) that implicit hybrid runs on curated memory only."""
+
+    def __init__(self) -> None:
+        self._warned: set[int] = set()
+
+    def check(self, token_id: int, cfg: MemoryConfig) -> None:
+        if cfg.mode == "hybrid" and cfg.gateway is None and token_id not in self._warned:
+            self._warned.add(token_id)
+            log.warning("token %d: %s; curated memory only", token_id, gateway_status(cfg))
 
 
 def parse_memory_config(raw: object) -> MemoryConfig:

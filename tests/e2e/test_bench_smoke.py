@@ -1,0 +1,110 @@
+"""The benchmark script still runs end to end: a few requests per figure, LiteLLM left out.
+
+This checks that `scripts/bench_proxy.py` works and reports every figure, not how fast
+anything is: no assertion here depends on timing.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.proxy import REPO
+
+TARGETS = ("direct", "mb-fresh", "mb-history", "mb-memory")
+THROUGHPUT_KEYS = ("c16_d0", "c64_d0", "c16_d200", "c64_d200")
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    workdir = tmp_path_factory.mktemp("bench")
+    out = workdir / "bench.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "scripts" / "bench_proxy.py"),
+            "--quick",
+            "--skip-litellm",
+            "--json",
+            str(out),
+        ],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=900,  # a safety net against a hang, not a performance assertion
+        check=False,
+    )
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr[-4000:]}"
+    assert "| measurement |" in done.stdout
+    data: dict[str, Any] = json.loads(Path(out).read_text())
+    data["stdout"] = done.stdout
+    return data
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, int | float) and value > 0
+
+
+def test_every_target_is_measured_and_litellm_is_reported_as_skipped(
+    report: dict[str, Any],
+) -> None:
+    assert set(TARGETS) <= set(report["results"])
+    assert "litellm" in report["skipped"]
+    for name in (*TARGETS, "litellm"):
+        assert name in report["table"]
+        assert name in report["stdout"]
+
+
+@pytest.mark.parametrize("name", TARGETS)
+def test_latency_figures_are_positive_with_ratios(report: dict[str, Any], name: str) -> None:
+    ns = report["results"][name]["nonstream"]
+    assert ns["errors"] == 0, ns["error_sample"]
+    assert ns["n"] > 0
+    for q in (50, 95, 99):
+        assert _positive(ns[f"p{q}_ms"])
+        assert _positive(ns[f"ratio_p{q}"])
+        assert isinstance(ns[f"added_p{q}_ms"], int | float)
+    assert ns["p50_ms"] <= ns["p95_ms"] <= ns["p99_ms"]
+
+    st = report["results"][name]["stream"]
+    assert st["errors"] == 0, st["error_sample"]
+    for metric in ("ttfb", "total"):
+        for q in (50, 95):
+            assert _positive(st[f"{metric}_p{q}_ms"])
+            assert _positive(st[f"ratio_{metric}_p{q}"])
+            assert isinstance(st[f"added_{metric}_p{q}_ms"], int | float)
+    assert st["ttfb_p50_ms"] <= st["total_p50_ms"]
+
+
+@pytest.mark.parametrize("name", TARGETS)
+def test_throughput_figures_are_positive_with_ratios(report: dict[str, Any], name: str) -> None:
+    figures = report["results"][name]["throughput"]
+    for key in THROUGHPUT_KEYS:
+        assert figures[key]["errors"] == 0, figures[key]["error_sample"]
+        assert _positive(figures[key]["rps"]), key
+        assert _positive(figures[key]["ratio"]), key
+
+
+@pytest.mark.parametrize("name", TARGETS)
+def test_memory_figures(report: dict[str, Any], name: str) -> None:
+    rss = report["results"][name]["rss"]
+    assert _positive(rss["peak_mb"])
+    assert _positive(rss["ratio_peak"])
+    if name.startswith("mb-"):
+        assert rss["process"] == "memorybridge"
+        assert _positive(rss["early_mb"]) and _positive(rss["late_mb"])
+        assert rss["early_requests"] < rss["late_requests"]
+        assert isinstance(rss["growth_pct"], int | float)
+
+
+def test_direct_is_the_baseline(report: dict[str, Any]) -> None:
+    direct = report["results"]["direct"]
+    assert direct["nonstream"]["ratio_p50"] == 1.0
+    assert direct["nonstream"]["added_p50_ms"] == 0.0
+    assert direct["stream"]["ratio_ttfb_p50"] == 1.0
+    assert all(direct["throughput"][key]["ratio"] == 1.0 for key in THROUGHPUT_KEYS)
