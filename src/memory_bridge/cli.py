@@ -78,6 +78,7 @@ def serve(
     from memory_bridge.app import create_app
     from memory_bridge.context.template import TemplateError
     from memory_bridge.logs import configure_logging
+    from memory_bridge.qdrant_process import QdrantStartError, managed_qdrant
 
     settings = Settings()
     _check_initialised(settings)
@@ -96,7 +97,12 @@ def serve(
         date_header=False,
         timeout_graceful_shutdown=int(settings.background_drain_timeout),
     )
-    uvicorn.Server(config).run()
+    try:
+        # The proxy runs inside: on shutdown it drains first, then the Qdrant child stops.
+        with managed_qdrant(settings):
+            uvicorn.Server(config).run()
+    except QdrantStartError as exc:
+        raise _fail(str(exc), 3) from None
 
 
 def _check_initialised(settings: Settings) -> None:

@@ -43,6 +43,19 @@ class Settings(BaseSettings):
 
     memory_search_timeout: float = Field(default=30.0, gt=0)
     memory_store_timeout: float = Field(default=120.0, gt=0)
+    memory_threads: int = Field(default=4, gt=0, le=64)
+
+    # Long-term memory storage: Qdrant's local mode under the data dir unless a server is named.
+    qdrant_path: Path | None = None
+    qdrant_url: str = ""
+    qdrant_api_key: str = ""
+    # A Qdrant binary `serve` starts as its child (the embedded server option).
+    qdrant_binary: str = ""
+    qdrant_port: int = Field(default=6333, ge=1, le=65535)
+    qdrant_storage_path: Path | None = None
+    qdrant_log_path: Path | None = None
+    qdrant_startup_timeout: float = Field(default=30.0, gt=0)
+    qdrant_stop_grace: float = Field(default=10.0, gt=0)
 
     curated_max_bytes: int = Field(default=65536, gt=0)
 
@@ -54,6 +67,21 @@ class Settings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite+aiosqlite:///{self.memory_bridge_data_dir / 'memory_bridge.db'}"
+
+    @cached_property
+    def resolved_qdrant_url(self) -> str:
+        """The Qdrant server to use, or "" for local mode."""
+        if self.qdrant_binary:
+            return f"http://127.0.0.1:{self.qdrant_port}"
+        return self.qdrant_url
+
+    @cached_property
+    def resolved_qdrant_path(self) -> Path:
+        return self.qdrant_path or self.memory_bridge_data_dir / "qdrant"
+
+    @cached_property
+    def mem0_dir(self) -> Path:
+        return self.memory_bridge_data_dir / "mem0"
 
     @cached_property
     def forwarded_header_names(self) -> frozenset[str]:
