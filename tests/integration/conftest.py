@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.fakes.gateway import FakeGateway
 from tests.fakes.upstream import FakeUpstream
 from tests.support.loopback import LoopbackServer
 from tests.support.proxy import Proxy, start_proxy
@@ -34,6 +35,26 @@ def proxy(
         yield proxy
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def gateway_server() -> Iterator[tuple[FakeGateway, str]]:
+    fake = FakeGateway()
+    with LoopbackServer(fake.app) as server:
+        yield fake, server.url
+
+
+@pytest.fixture
+def gateway(gateway_server: tuple[FakeGateway, str]) -> Iterator[FakeGateway]:
+    fake, _ = gateway_server
+    fake.reset()
+    yield fake
+    fake.release()  # end a hang a failed test may have left behind
+
+
+@pytest.fixture
+def gw_url(gateway_server: tuple[FakeGateway, str]) -> str:
+    return gateway_server[1]
 
 
 @pytest.fixture

@@ -20,11 +20,12 @@ from typing import Any, TypeVar
 
 from memory_bridge.app import create_app
 from tests.fakes.gateway import FakeGateway
+from tests.integration.chat_helpers import Msg, assistant, system, user
 from tests.support.loopback import LoopbackServer
 from tests.support.proxy import Proxy, start_proxy
 
 T = TypeVar("T")
-Msg = dict[str, Any]
+__all__ = ["assistant", "system", "user"]
 
 MODEL = "gpt-4o-mini"
 GW_USER = "gateway_test_user"
@@ -43,18 +44,6 @@ EVENT_TYPES = (
     "memory_gateway_flush_succeeded",
     "memory_gateway_flush_failed",
 )
-
-
-def user(text: str, **extra: Any) -> Msg:
-    return {"role": "user", "content": text, **extra}
-
-
-def assistant(text: str | None, **extra: Any) -> Msg:
-    return {"role": "assistant", "content": text, **extra}
-
-
-def system(text: str) -> Msg:
-    return {"role": "system", "content": text}
 
 
 def gateway_memory(base_url: str, *, mode: str | None = "hybrid", **overrides: Any) -> Msg:

@@ -40,30 +40,9 @@ from tests.integration.hybrid_memory_support import (
     wait_calls,
     wait_events,
 )
-from tests.support.loopback import LoopbackServer
 from tests.support.proxy import Proxy
 
 RECALLED = "User prefers green tea over coffee"
-
-
-@pytest.fixture(scope="module")
-def gateway_server() -> Iterator[tuple[FakeGateway, str]]:
-    fake = FakeGateway()
-    with LoopbackServer(fake.app) as server:
-        yield fake, server.url
-
-
-@pytest.fixture
-def gateway(gateway_server: tuple[FakeGateway, str]) -> Iterator[FakeGateway]:
-    fake, _ = gateway_server
-    fake.reset()
-    yield fake
-    fake.release()  # end a hang a failed test may have left behind
-
-
-@pytest.fixture
-def gw_url(gateway_server: tuple[FakeGateway, str]) -> str:
-    return gateway_server[1]
 
 
 @pytest.fixture

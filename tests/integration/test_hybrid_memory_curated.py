@@ -36,30 +36,9 @@ from tests.integration.hybrid_memory_support import (
     wait_events,
     wait_until,
 )
-from tests.support.loopback import LoopbackServer
 from tests.support.proxy import UPSTREAM_KEY, Proxy
 
 LIMIT = 65536  # the documented default of settings.curated_max_bytes
-
-
-@pytest.fixture(scope="module")
-def gateway_server() -> Iterator[tuple[FakeGateway, str]]:
-    fake = FakeGateway()
-    with LoopbackServer(fake.app) as server:
-        yield fake, server.url
-
-
-@pytest.fixture
-def gateway(gateway_server: tuple[FakeGateway, str]) -> Iterator[FakeGateway]:
-    fake, _ = gateway_server
-    fake.reset()
-    yield fake
-    fake.release()  # end a hang a failed test may have left behind
-
-
-@pytest.fixture
-def gw_url(gateway_server: tuple[FakeGateway, str]) -> str:
-    return gateway_server[1]
 
 
 @pytest.fixture

@@ -22,6 +22,12 @@ async def _known(request: Request, token_id: int) -> None:
         raise ProxyError(404, "not_found_error", f"No token with id {token_id}.")
 
 
+async def _known_document(request: Request, token_id: int, kind: Kind, user: str) -> None:
+    await _known(request, token_id)
+    if kind == "memory" and user:
+        raise invalid_request("MEMORY.md is token-wide; 'user' applies to USER.md only.")
+
+
 def _curated(request: Request) -> CuratedRepository:
     repo: CuratedRepository = request.app.state.curated
     return repo
@@ -34,9 +40,7 @@ async def get_curated(
     kind: Annotated[Kind, Path()],
     user: UserParam = "",
 ) -> Response:
-    await _known(request, token_id)
-    if kind == "memory" and user:
-        raise invalid_request("MEMORY.md is token-wide; 'user' applies to USER.md only.")
+    await _known_document(request, token_id, kind, user)
     body = await _curated(request).get(token_id, kind, user)
     return Response(body, media_type="text/markdown; charset=utf-8")
 
@@ -48,9 +52,7 @@ async def put_curated(
     kind: Annotated[Kind, Path()],
     user: UserParam = "",
 ) -> Response:
-    await _known(request, token_id)
-    if kind == "memory" and user:
-        raise invalid_request("MEMORY.md is token-wide; 'user' applies to USER.md only.")
+    await _known_document(request, token_id, kind, user)
     limit: int = request.app.state.settings.curated_max_bytes
     raw = await request.body()
     if len(raw) > limit:
