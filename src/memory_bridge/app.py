@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -13,7 +14,13 @@ from memory_bridge.background import BackgroundWork
 from memory_bridge.chat.handler import ChatHandler
 from memory_bridge.chat.upstream import Upstream
 from memory_bridge.context.template import MemoryTemplate, load_template
-from memory_bridge.http import admin_memory_routes, admin_routes, chat_routes, passthrough_routes
+from memory_bridge.http import (
+    admin_longterm_routes,
+    admin_memory_routes,
+    admin_routes,
+    chat_routes,
+    passthrough_routes,
+)
 from memory_bridge.http.auth import EdgeMiddleware
 from memory_bridge.http.errors import install_error_handlers
 from memory_bridge.settings import Settings
@@ -21,6 +28,8 @@ from memory_bridge.sources.base import MemorySource
 from memory_bridge.sources.curated import CuratedMemory
 from memory_bridge.sources.gateway import MemoryGateway
 from memory_bridge.sources.history import SessionHistory
+from memory_bridge.sources.longterm import LongTermMemory
+from memory_bridge.sources.mem0_pool import Mem0Pool, PoolPaths
 from memory_bridge.storage.curated import CuratedRepository
 from memory_bridge.storage.db import create_engine, create_schema, session_factory
 from memory_bridge.storage.events import EventLog
@@ -37,6 +46,31 @@ def load_templates(settings: Settings) -> dict[str, MemoryTemplate]:
         "en": load_template(settings.memory_template_path),
         "zh": load_template(settings.memory_template_zh_path),
     }
+
+
+def prepare_mem0_environment(settings: Settings) -> None:
+    """Mem0 reads these when it is first imported (lazily, by the pool): no telemetry, and its
+    files under the data directory rather than in the home directory. The local embedder loads
+    models from disk only, unless the operator allows the Hugging Face hub explicitly."""
+    os.environ["MEM0_TELEMETRY"] = "False"
+    os.environ["MEM0_DIR"] = str(settings.mem0_dir.resolve())
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def create_long_term_memory(settings: Settings) -> LongTermMemory:
+    pool = Mem0Pool(
+        PoolPaths(
+            qdrant_path=settings.resolved_qdrant_path,
+            qdrant_url=settings.resolved_qdrant_url,
+            qdrant_api_key=settings.qdrant_api_key,
+            mem0_dir=settings.mem0_dir,
+        ),
+        threads=settings.memory_threads,
+        embed_timeout=settings.memory_search_timeout,
+        llm_timeout=settings.memory_store_timeout,
+    )
+    return LongTermMemory(pool, settings.memory_search_timeout, settings.memory_store_timeout)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -60,15 +94,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         events = EventLog(sessions)
         curated = CuratedRepository(sessions)
         degraded = DegradedWarning()
+        prepare_mem0_environment(settings)
+        longterm = create_long_term_memory(settings)
         # Order matters only for the system prompt: curated blocks come before the rule.
         sources: tuple[MemorySource, ...] = (
             CuratedMemory(curated),
             SessionHistory(SessionRepository(sessions)),
             MemoryGateway(client, events, degraded),
+            longterm,
         )
         upstream = Upstream(client, settings.forwarded_header_names)
+        tokens = TokenStore(sessions, settings.token_cache_ttl)
+        tokens.on_change(longterm.pool.invalidate)
         app.state.settings = settings
-        app.state.tokens = TokenStore(sessions, settings.token_cache_ttl)
+        app.state.tokens = tokens
+        app.state.longterm = longterm
         app.state.events = events
         app.state.curated = curated
         app.state.degraded_warning = degraded
@@ -83,6 +123,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         finally:
             await background.drain(settings.background_drain_timeout)
+            await longterm.pool.close_all(settings.background_drain_timeout)
             await client.aclose()
             await engine.dispose()
             log.info("MemoryBridge stopped")
@@ -106,4 +147,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(passthrough_routes.router)
     app.include_router(admin_routes.router)
     app.include_router(admin_memory_routes.router)
+    app.include_router(admin_longterm_routes.router)
     return app

@@ -102,6 +102,16 @@ def test_memory_figures(report: dict[str, Any], name: str) -> None:
         assert isinstance(rss["growth_pct"], int | float)
 
 
+@pytest.mark.parametrize("name", TARGETS)
+def test_cpu_figures(report: dict[str, Any], name: str) -> None:
+    cpu = report["results"][name]["cpu"]
+    for kind in ("json", "stream"):
+        assert cpu[f"{kind}_errors"] == 0
+        assert cpu[f"{kind}_requests"] > 0
+        assert _positive(cpu[f"{kind}_ms"]) or cpu[f"{kind}_ms"] == 0  # clock ticks are coarse
+        assert cpu[f"ratio_{kind}"] is None or cpu[f"ratio_{kind}"] >= 0
+
+
 def test_direct_is_the_baseline(report: dict[str, Any]) -> None:
     direct = report["results"]["direct"]
     assert direct["nonstream"]["ratio_p50"] == 1.0

@@ -18,6 +18,20 @@ Chat completions are answered from the FIFO queue filled by ``enqueue``; when it
 ``responder(request_json)`` is asked (if set), and otherwise the reply is
 ``DEFAULT_REPLY``.
 
+Mem0's memory-extraction call (system prompt "Memory Extractor", ``response_format``
+``json_object``) is recognised and answered apart from that queue, by
+``memory_responder(user_texts)`` — the user lines of its "## New Messages" section. The default
+(``extract_user_facts``) makes one memory per user line, its text verbatim, so tests know
+exactly what gets stored. ``memory_requests`` lists those calls; ``proxied_requests`` lists the
+other chat completions (what the proxy forwarded).
+
+Embeddings: ``fake_embedding`` (hash-based, unrelated texts are unrelated vectors) unless the
+request's ``model`` starts with ``bow`` — then ``bow_embedding``, a bag-of-words vector whose
+cosine similarity grows with shared words, so semantic search behaves plausibly.
+``embedding_status`` != 200 fails every embeddings call (with ``embedding_error_body`` if set);
+``embedding_delay`` delays each one;
+``hold_embeddings()`` makes them wait until ``release_embeddings()`` (or the client leaves).
+
 The server runs in another thread: ``requests``, ``sent_bytes`` and ``cancelled`` are filled
 there. Everything a test may look at is recorded *before* the response is sent, so it is
 complete once the client has seen the response; ``cancelled`` is the exception (it happens
@@ -54,7 +68,10 @@ __all__ = [
     "Scenario",
     "SimulatedDisconnect",
     "ToolCall",
+    "bow_embedding",
+    "extract_user_facts",
     "fake_embedding",
+    "is_memory_extraction",
 ]
 
 DEFAULT_REPLY = "Hello from upstream"
@@ -173,6 +190,49 @@ def fake_embedding(text: str, dimensions: int) -> list[float]:
     return list(struct.unpack(f"<{dimensions}f", packed))
 
 
+def bow_embedding(text: str, dimensions: int) -> list[float]:
+    """Bag-of-words vector: each lower-cased word (punctuation stripped) adds 1 to a
+    hash-chosen dimension; unit length. Texts sharing words have a high cosine similarity."""
+    vector = [0.0] * dimensions
+    for word in re.findall(r"[a-z0-9]+", text.lower()):
+        digest = hashlib.sha256(word.encode()).digest()
+        vector[int.from_bytes(digest[:4], "big") % dimensions] += 1.0
+    norm = math.sqrt(sum(v * v for v in vector)) or 1.0
+    packed = struct.pack(f"<{dimensions}f", *(v / norm for v in vector))
+    return list(struct.unpack(f"<{dimensions}f", packed))
+
+
+def is_memory_extraction(payload: Any) -> bool:
+    """Is this chat completion Mem0's memory-extraction call?"""
+    if not isinstance(payload, dict):
+        return False
+    messages = payload.get("messages") or []
+    first = messages[0] if messages and isinstance(messages[0], dict) else {}
+    fmt = payload.get("response_format")
+    return (
+        first.get("role") == "system"
+        and "Memory Extractor" in str(first.get("content"))
+        and isinstance(fmt, dict)
+        and fmt.get("type") == "json_object"
+    )
+
+
+def _new_user_texts(payload: Mapping[str, Any]) -> list[str]:
+    prompt = str(payload["messages"][-1].get("content") or "")
+    section = prompt.split("## New Messages\n", 1)[-1].split("\n\n## ", 1)[0]
+    return [line[len("user: ") :] for line in section.splitlines() if line.startswith("user: ")]
+
+
+def extract_user_facts(user_texts: list[str]) -> Scenario:
+    """The default extraction answer: one memory per user text, verbatim."""
+    memories = [
+        {"id": str(i), "text": text, "attributed_to": "user"}
+        for i, text in enumerate(t.strip() for t in user_texts)
+        if text
+    ]
+    return Scenario(content=json.dumps({"memory": memories}, ensure_ascii=False))
+
+
 def _deltas(text: str | Sequence[str] | None) -> list[str]:
     """Split text into word-sized deltas ("Hello from x" -> ["Hello ", "from ", "x"])."""
     if text is None:
@@ -227,6 +287,11 @@ class FakeUpstream:
         self.sent_bytes: list[bytes] = []
         self.cancelled = 0
         self.responder: Callable[[Any], Scenario | None] | None = None
+        self.memory_responder: Callable[[list[str]], Scenario] = extract_user_facts
+        self.embedding_status = 200
+        self.embedding_error_body: Any = None
+        self.embedding_delay = 0.0
+        self._embeddings_held = threading.Event()
         self._queue: deque[Scenario] = deque()
         self._cancel_cond = threading.Condition()
         self._ids = 0
@@ -251,6 +316,11 @@ class FakeUpstream:
 
     def reset(self) -> None:
         self._queue.clear()
+        self.memory_responder = extract_user_facts
+        self.embedding_status = 200
+        self.embedding_error_body = None
+        self.embedding_delay = 0.0
+        self._embeddings_held.clear()
         self.requests.clear()
         self.sent_bytes.clear()
         with self._cancel_cond:
@@ -264,6 +334,27 @@ class FakeUpstream:
     @property
     def chat_requests(self) -> list[Recorded]:
         return [r for r in self.requests if r.path == "/v1/chat/completions"]
+
+    @property
+    def memory_requests(self) -> list[Recorded]:
+        """Mem0's memory-extraction calls."""
+        return [r for r in self.chat_requests if is_memory_extraction(r.json)]
+
+    @property
+    def proxied_requests(self) -> list[Recorded]:
+        """Chat completions other than Mem0's extraction calls."""
+        return [r for r in self.chat_requests if not is_memory_extraction(r.json)]
+
+    @property
+    def embedding_requests(self) -> list[Recorded]:
+        return [r for r in self.requests if r.path == "/v1/embeddings"]
+
+    def hold_embeddings(self) -> None:
+        """Embeddings requests wait (unanswered) until ``release_embeddings()``."""
+        self._embeddings_held.set()
+
+    def release_embeddings(self) -> None:
+        self._embeddings_held.clear()
 
     # ---- plumbing ------------------------------------------------------------------
 
@@ -330,6 +421,16 @@ class FakeUpstream:
 
     async def _embeddings(self, request: Request) -> Response:
         recorded = await self._record(request)
+        if self.embedding_delay and not await self._wait(request, self.embedding_delay):
+            return Response(status_code=499)
+        while self._embeddings_held.is_set():
+            if not await self._wait(request, 0.01):
+                return Response(status_code=499)
+        if self.embedding_status != 200:
+            error = self.embedding_error_body or _error_object(
+                self.embedding_status, "Fake embeddings failure"
+            )
+            return JSONResponse(error, status_code=self.embedding_status)
         payload = recorded.json if isinstance(recorded.json, dict) else {}
         raw_input = payload.get("input")
         if raw_input is None:
@@ -342,8 +443,9 @@ class FakeUpstream:
         dimensions = int(payload.get("dimensions") or self.embedding_dimensions)
         as_base64 = payload.get("encoding_format") == "base64"
         data = []
+        embed = bow_embedding if str(payload.get("model", "")).startswith("bow") else fake_embedding
         for index, text in enumerate(texts):
-            vector = fake_embedding(text, dimensions)
+            vector = embed(text, dimensions)
             embedding: Any = vector
             if as_base64:
                 embedding = base64.b64encode(struct.pack(f"<{dimensions}f", *vector)).decode()
@@ -361,7 +463,10 @@ class FakeUpstream:
     async def _chat_completions(self, request: Request) -> Response:
         recorded = await self._record(request)
         payload = recorded.json if isinstance(recorded.json, dict) else {}
-        scenario = self._next_scenario(payload)
+        if is_memory_extraction(payload):
+            scenario = self.memory_responder(_new_user_texts(payload))
+        else:
+            scenario = self._next_scenario(payload)
         headers = {"x-request-id": f"req_fake_{len(self.requests)}", **scenario.headers}
 
         if scenario.delay and not await self._wait(request, scenario.delay):

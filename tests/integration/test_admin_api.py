@@ -110,14 +110,14 @@ def test_missing_llm_base_url_and_bad_json_are_rejected(proxy: Proxy) -> None:
 def test_patch_is_partial_and_null_clears_optional_fields(
     proxy: Proxy, upstream: FakeUpstream
 ) -> None:
-    token_id, token = proxy.create_token(session_window_size=4, embed_dims=384)
+    token_id, token = proxy.create_token(session_window_size=4, memory_prompt="facts only")
     reply = proxy.admin(
-        "PATCH", f"/tokens/{token_id}", json={"name": "renamed", "embed_dims": None}
+        "PATCH", f"/tokens/{token_id}", json={"name": "renamed", "memory_prompt": None}
     )
     assert reply.status_code == 200
     config = reply.json()["config"]
     assert config["name"] == "renamed" and config["session_window_size"] == 4
-    assert "embed_dims" not in config
+    assert "memory_prompt" not in config
     assert (
         proxy.admin("PATCH", f"/tokens/{token_id}", json={"llm_base_url": None}).status_code == 422
     )

