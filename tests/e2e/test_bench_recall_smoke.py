@@ -1,0 +1,92 @@
+"""The LoCoMo recall benchmark still runs end to end on one conversation and a few questions.
+
+This checks that `scripts/bench_recall.py` works and reports every figure in range, not how good
+or fast retrieval is: no assertion depends on timing or on a recall level.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.proxy import REPO
+
+LOCOMO = Path(REPO).parent / "shared" / "data" / "locomo"
+FIGURES = ("turn@5", "turn@10", "turn@20", "sess@5", "sess@10", "sess@20")
+
+pytestmark = [
+    pytest.mark.skipif(
+        not (LOCOMO / "locomo_dev.json").is_file(), reason=f"no LoCoMo data under {LOCOMO}"
+    ),
+    pytest.mark.skipif(
+        importlib.util.find_spec("sentence_transformers") is None,
+        reason="the local embedder needs the 'local' extra (sentence_transformers)",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    workdir = tmp_path_factory.mktemp("bench-recall")
+    out = workdir / "recall.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(Path(REPO) / "scripts" / "bench_recall.py"),
+            "--limit-conversations",
+            "1",
+            "--limit-questions",
+            "10",
+            "--json",
+            str(out),
+        ],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=900,  # a safety net against a hang, not a performance assertion
+        check=False,
+    )
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr[-4000:]}"
+    data: dict[str, Any] = json.loads(out.read_text())
+    data["stdout"] = done.stdout
+    return data
+
+
+def _check(summary: dict[str, Any]) -> None:
+    assert summary["questions"] > 0
+    for name in FIGURES:
+        assert 0.0 <= summary[name] <= 1.0, name
+    for k in (5, 10):  # a longer list finds at least as much
+        assert summary[f"turn@{k}"] <= summary[f"turn@{k * 2}"]
+        assert summary[f"sess@{k}"] <= summary[f"sess@{k * 2}"]
+    assert summary["p50_ms"] > 0
+    assert summary["p95_ms"] > 0
+    assert summary["p50_ms"] <= summary["p95_ms"]
+
+
+def test_one_conversation_is_scored(report: dict[str, Any]) -> None:
+    assert len(report["conversations"]) == 1
+    (summary,) = report["conversations"].values()
+    _check(summary)
+    assert summary["questions"] == 10
+    assert summary["turns"] > 0
+
+
+def test_overall_and_categories_are_in_range(report: dict[str, Any]) -> None:
+    _check(report["overall"])
+    assert report["by_category"]
+    for summary in report["by_category"].values():
+        _check(summary)
+    assert sum(s["questions"] for s in report["by_category"].values()) == 10
+
+
+def test_the_table_is_printed(report: dict[str, Any]) -> None:
+    assert "| conversation |" in report["stdout"]
+    assert "**overall**" in report["stdout"]
+    assert "reference dense MiniLM" in report["stdout"]
