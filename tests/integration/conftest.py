@@ -8,6 +8,7 @@ import pytest
 
 from tests.fakes.gateway import FakeGateway
 from tests.fakes.upstream import FakeUpstream
+from tests.integration.hybrid_memory_support import Served
 from tests.support.loopback import LoopbackServer
 from tests.support.proxy import Proxy, start_proxy
 
@@ -55,6 +56,18 @@ def gateway(gateway_server: tuple[FakeGateway, str]) -> Iterator[FakeGateway]:
 @pytest.fixture
 def gw_url(gateway_server: tuple[FakeGateway, str]) -> str:
     return gateway_server[1]
+
+
+@pytest.fixture
+def served(
+    tmp_path: Path, upstream: FakeUpstream, upstream_server: tuple[FakeUpstream, str]
+) -> Iterator[Served]:
+    """A proxy that can be drained (its background work awaited) or restarted on its data."""
+    served = Served(tmp_path / "data", upstream_server[1])
+    try:
+        yield served
+    finally:
+        served.drain()
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ sent" is checked after `Served.drain()`, which stops the proxy once its backgrou
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import openai
@@ -43,17 +42,6 @@ from tests.integration.hybrid_memory_support import (
 from tests.support.proxy import Proxy
 
 RECALLED = "User prefers green tea over coffee"
-
-
-@pytest.fixture
-def served(
-    tmp_path: Any, upstream: FakeUpstream, upstream_server: tuple[FakeUpstream, str]
-) -> Iterator[Served]:
-    served = Served(tmp_path / "data", upstream_server[1])
-    try:
-        yield served
-    finally:
-        served.drain()
 
 
 def ask(

@@ -7,7 +7,6 @@ import functools
 import json
 import logging
 import re
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -39,17 +38,6 @@ from tests.integration.hybrid_memory_support import (
 from tests.support.proxy import UPSTREAM_KEY, Proxy
 
 LIMIT = 65536  # the documented default of settings.curated_max_bytes
-
-
-@pytest.fixture
-def served(
-    tmp_path: Any, upstream: FakeUpstream, upstream_server: tuple[FakeUpstream, str]
-) -> Iterator[Served]:
-    served = Served(tmp_path / "data", upstream_server[1])
-    try:
-        yield served
-    finally:
-        served.drain()
 
 
 def ask(

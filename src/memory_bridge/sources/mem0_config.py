@@ -187,32 +187,48 @@ def describe(config: TokenConfig) -> str:
 
 
 def _llm_config(config: TokenConfig) -> dict[str, Any]:
-    provider = config.memory_llm_provider
-    out = dict(config.memory_llm_body or {})
-    if config.memory_llm_api_key:
-        out["api_key"] = config.memory_llm_api_key
+    return _provider_config(
+        "memory LLM",
+        str(config.memory_llm_provider),
+        config.memory_llm_body or {},
+        config.memory_llm_api_key,
+        config.memory_llm_base_url,
+        LLM_BASE_URL_KEYS,
+    )
+
+
+def _provider_config(
+    what: str,
+    provider: str,
+    body: dict[str, Any],
+    api_key: str | None,
+    base_url: str | None,
+    base_url_keys: dict[str, str],
+) -> dict[str, Any]:
+    """A Mem0 provider block: the opaque body, the token's own key, its base URL if any."""
+    out = dict(body)
+    if api_key:
+        out["api_key"] = api_key
     else:
         out.setdefault("api_key", NO_KEY)
-    if config.memory_llm_base_url:
-        key = LLM_BASE_URL_KEYS.get(str(provider))
+    if base_url:
+        key = base_url_keys.get(provider)
         if key is None:
-            raise Mem0ConfigError(f"memory LLM provider {provider!r} takes no base URL")
-        out[key] = _base_url(str(provider), config.memory_llm_base_url)
+            raise Mem0ConfigError(f"{what} provider {provider!r} takes no base URL")
+        out[key] = _base_url(provider, base_url)
     return out
 
 
 def _embed_config(config: TokenConfig, body: dict[str, Any], dims: int) -> dict[str, Any]:
     provider = config.embed_provider
-    out = dict(body)
-    if config.embed_api_key:
-        out["api_key"] = config.embed_api_key
-    else:
-        out.setdefault("api_key", NO_KEY)
-    if config.embed_base_url:
-        key = EMBED_BASE_URL_KEYS.get(str(provider))
-        if key is None:
-            raise Mem0ConfigError(f"embedder provider {provider!r} takes no base URL")
-        out[key] = _base_url(str(provider), config.embed_base_url)
+    out = _provider_config(
+        "embedder",
+        str(provider),
+        body,
+        config.embed_api_key,
+        config.embed_base_url,
+        EMBED_BASE_URL_KEYS,
+    )
     out["embedding_dims"] = dims
     return out
 
