@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import (
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
 
 from memory_bridge.storage.tables import metadata
 
@@ -21,7 +29,11 @@ def create_engine(url: str) -> AsyncEngine:
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_async_engine(url, connect_args={"timeout": 30})
+        # Each aiosqlite connection is a thread: keep a fixed set rather than opening and
+        # closing overflow connections (and threads) under load.
+        engine = create_async_engine(
+            url, connect_args={"timeout": 30}, pool_size=20, max_overflow=0, pool_timeout=30
+        )
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         return engine
     return create_async_engine(url, pool_size=10, max_overflow=20, pool_pre_ping=True)
@@ -37,8 +49,32 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.close()
 
 
-def session_factory(engine: AsyncEngine) -> async_sessionmaker[Any]:
-    return async_sessionmaker(engine, expire_on_commit=False)
+class Sessions(async_sessionmaker[AsyncSession]):
+    """Sessions whose write transactions (`begin()`) take turns within this process on SQLite.
+
+    SQLite has one writer at a time; connections that collide wait in its busy handler, which
+    sleeps in growing steps (up to 100 ms). Queueing writers on an asyncio lock instead keeps
+    the wait as short as the write before it. Readers are unaffected (WAL). PostgreSQL has
+    row locks and needs no such turn-taking.
+    """
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        super().__init__(engine, expire_on_commit=False)
+        serial = engine.dialect.name == "sqlite"
+        self._write_turn: asyncio.Lock | None = asyncio.Lock() if serial else None
+
+    @asynccontextmanager
+    async def begin(self) -> AsyncIterator[AsyncSession]:  # type: ignore[override]
+        if self._write_turn is None:
+            async with super().begin() as session:
+                yield session
+            return
+        async with self._write_turn, super().begin() as session:
+            yield session
+
+
+def session_factory(engine: AsyncEngine) -> Sessions:
+    return Sessions(engine)
 
 
 async def create_schema(engine: AsyncEngine) -> None:
