@@ -10,13 +10,17 @@ JSON if asked; and stops every process it started. See docs/performance.md.
 
 Targets (columns of the table):
 - `direct`: the fake upstream itself, no proxy — the baseline of every ratio.
+- `mb-pass`: MemoryBridge, a passthrough token (`memory.mode: "off"`): no memory layer.
 - `mb-fresh`: MemoryBridge, a token with no curated documents and no Gateway, every request
-  in a new `X-Session-Id` — the history layer (always on) finds nothing to inject, but still
-  reads and stores. The closest MemoryBridge gets to a passthrough.
+  in a new `X-Session-Id` — the history layer finds nothing to inject, but still reads and
+  stores.
 - `mb-history`: the same token, one fixed session: up to 20 stored messages are injected.
 - `mb-memory`: a token with curated MEMORY.md/USER.md and history (fixed session). With
   `--with-memory`, also long-term memory (Mem0) when the running build supports it.
 - `litellm`: LiteLLM's proxy, one worker, no database, logging reduced.
+- with `--baseline-src DIR`: `base-pass`, `base-fresh`, … the same targets served by a second
+  MemoryBridge process running the code under DIR/src (e.g. a `git worktree` of the commit
+  before a change), for before/after figures measured side by side in one run.
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ KNOWN_LAYERS = frozenset({"curated", "history", "gateway"})
 
 TARGET_INFO = {
     "direct": "fake upstream, no proxy (baseline)",
+    "mb-pass": "MemoryBridge, passthrough token (memory.mode off): no memory layer",
     "mb-fresh": "MemoryBridge, new X-Session-Id per request (history empty), no curated docs",
     "mb-history": "MemoryBridge, one session: 20 stored messages injected per request",
     "mb-memory": "MemoryBridge, curated MEMORY.md + USER.md and history (one session)",
@@ -281,6 +286,7 @@ class MemoryBridge:
     admin: str
     proc: subprocess.Popen[Any]
     passthrough_token: str = ""
+    history_token: str = ""
     memory_token: str = ""
     memory_note: str = ""
 
@@ -307,9 +313,20 @@ class MemoryBridge:
             raise RuntimeError(f"PUT curated/{kind}: {reply.status_code} {reply.text}")
 
 
-def start_memorybridge(children: Children, tmp: Path, upstream: str) -> MemoryBridge:
+def start_memorybridge(
+    children: Children,
+    tmp: Path,
+    upstream: str,
+    name: str = "memorybridge",
+    src: Path | None = None,
+) -> MemoryBridge:
+    """`memory-bridge serve` with its tokens; from `src` (a source tree's `src/`) if given."""
+    tmp = tmp / name
+    tmp.mkdir()
     data = tmp / "memorybridge-data"
+    extra = {"PYTHONPATH": str(src)} if src is not None else {}
     env = child_env(
+        **extra,
         MEMORY_BRIDGE_DATA_DIR=str(data),
         DATABASE_URL="",
         LOG_LEVEL="WARNING",
@@ -331,7 +348,7 @@ def start_memorybridge(children: Children, tmp: Path, upstream: str) -> MemoryBr
         raise RuntimeError(f"memory-bridge init failed: {init.stdout}{init.stderr}")
     port = free_port()
     proc = children.start(
-        "memorybridge",
+        name,
         [sys.executable, "-m", "memory_bridge", "serve", "--port", str(port)],
         env,
         tmp,
@@ -340,7 +357,10 @@ def start_memorybridge(children: Children, tmp: Path, upstream: str) -> MemoryBr
     wait_ready(f"{url}/health", proc, "memory-bridge serve", 60)
     mb = MemoryBridge(url=url, admin=token_file.read_text().strip(), proc=proc)
     base = {"llm_base_url": upstream, "llm_api_key": UPSTREAM_KEY, "memory": {"mode": "curated"}}
-    mb.passthrough_token = mb.create_token({"name": "bench-passthrough", **base})["token"]
+    mb.history_token = mb.create_token({"name": "bench-history", **base})["token"]
+    with contextlib.suppress(RuntimeError):  # a baseline build may not know memory.mode off
+        off = {**base, "memory": {"mode": "off"}}
+        mb.passthrough_token = mb.create_token({"name": "bench-passthrough", **off})["token"]
     memory = mb.create_token({"name": "bench-memory", **base})
     mb.put_curated(memory["id"], "memory", CURATED_MEMORY)
     mb.put_curated(memory["id"], "user", CURATED_USER)
@@ -596,6 +616,19 @@ class Throughput:
     def rps(self) -> float:
         """The mean over rounds of each round's summed per-worker rate (see loadgen.py)."""
         return sum(self.round_rps) / len(self.round_rps) if self.round_rps else math.nan
+
+
+def memorybridge_targets(mb: MemoryBridge, prefix: str, process: str) -> list[Target]:
+    url = f"{mb.url}/v1"
+    targets = []
+    if mb.passthrough_token:
+        targets.append(Target(f"{prefix}-pass", url, mb.passthrough_token, "fresh", process))
+    return [
+        *targets,
+        Target(f"{prefix}-fresh", url, mb.history_token, "fresh", process),
+        Target(f"{prefix}-history", url, mb.history_token, "bench-history", process),
+        Target(f"{prefix}-memory", url, mb.memory_token, "bench-memory", process),
+    ]
 
 
 # -------------------------------------------------------------------------------------------
@@ -1059,8 +1092,18 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--profile-target",
         default="mb-fresh",
-        choices=("mb-fresh", "mb-history", "mb-memory"),
+        choices=("mb-pass", "mb-fresh", "mb-history", "mb-memory"),
         help="which MemoryBridge target drives the load while profiling",
+    )
+    parser.add_argument(
+        "--baseline-src",
+        type=Path,
+        help="also measure a second MemoryBridge running the source tree at this path (e.g. a "
+        "git worktree of an earlier commit): columns base-pass, base-fresh, ...",
+    )
+    parser.add_argument(
+        "--targets",
+        help="measure only these columns, comma-separated (direct is always measured)",
     )
     return parser.parse_args(argv)
 
@@ -1206,12 +1249,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         targets = [
             Target("direct", f"{upstream}/v1", UPSTREAM_KEY, None, "fake-upstream"),
-            Target("mb-fresh", f"{mb.url}/v1", mb.passthrough_token, "fresh", "memorybridge"),
-            Target(
-                "mb-history", f"{mb.url}/v1", mb.passthrough_token, "bench-history", "memorybridge"
-            ),
-            Target("mb-memory", f"{mb.url}/v1", mb.memory_token, "bench-memory", "memorybridge"),
+            *memorybridge_targets(mb, "mb", "memorybridge"),
         ]
+        if args.baseline_src is not None:
+            base = start_memorybridge(
+                children, tmp, upstream, "memorybridge-base", args.baseline_src.resolve() / "src"
+            )
+            probes["memorybridge-base"] = MemoryProbe(base.proc.pid)
+            targets += memorybridge_targets(base, "base", "memorybridge-base")
+            meta["baseline_src"] = str(args.baseline_src)
+        if args.targets:
+            wanted = {"direct", *args.targets.split(",")}
+            for target in targets:
+                if target.name not in wanted:
+                    skipped[target.name] = "not selected (--targets)"
+            targets = [t for t in targets if t.name in wanted]
+            probes = {k: v for k, v in probes.items() if any(t.process == k for t in targets)}
         if litellm is not None:
             proc, url = litellm
             try:

@@ -6,19 +6,20 @@ import logging
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import httpx
 from fastapi import FastAPI
+from starlette.types import Receive, Scope, Send
 
 from memory_bridge.background import BackgroundWork
 from memory_bridge.chat.handler import ChatHandler
-from memory_bridge.chat.upstream import Upstream
+from memory_bridge.chat.upstream import Upstream, create_session
 from memory_bridge.context.template import MemoryTemplate, load_template
 from memory_bridge.http import (
     admin_longterm_routes,
     admin_memory_routes,
     admin_routes,
-    chat_routes,
     passthrough_routes,
 )
 from memory_bridge.http.auth import EdgeMiddleware
@@ -73,6 +74,23 @@ def create_long_term_memory(settings: Settings) -> LongTermMemory:
     return LongTermMemory(pool, settings.memory_search_timeout, settings.memory_store_timeout)
 
 
+class _EdgeFirst(FastAPI):
+    """FastAPI with the edge middleware in front of its whole stack, not inside it.
+
+    Every response (FastAPI's own errors included) still gets its request id and passes the
+    auth check, and the chat path, served by the edge itself, skips FastAPI's layers
+    (exception, telemetry and body-limit middleware, routing): it is the hot path.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._edge = EdgeMiddleware(super().__call__)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope["app"] = self
+        await self._edge(scope, receive, send)
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     templates = load_templates(settings)
@@ -103,7 +121,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             MemoryGateway(client, events, degraded),
             longterm,
         )
-        upstream = Upstream(client, settings.forwarded_header_names)
+        llm_session = create_session(
+            timeout=settings.http_timeout,
+            connect_timeout=settings.http_connect_timeout,
+            max_connections=settings.http_max_connections,
+        )
+        upstream = Upstream(llm_session, settings.forwarded_header_names)
         tokens = TokenStore(sessions, settings.token_cache_ttl)
         tokens.on_change(longterm.pool.invalidate)
         app.state.settings = settings
@@ -125,10 +148,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await background.drain(settings.background_drain_timeout)
             await longterm.pool.close_all(settings.background_drain_timeout)
             await client.aclose()
+            await llm_session.close()
             await engine.dispose()
             log.info("MemoryBridge stopped")
 
-    app = FastAPI(
+    app = _EdgeFirst(
         title="MemoryBridge",
         version="0.1.0",
         lifespan=lifespan,
@@ -137,13 +161,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         openapi_url=None,
     )
     install_error_handlers(app)
-    app.add_middleware(EdgeMiddleware)
 
     @app.get("/health")
     async def health() -> dict[str, str]:
         return {"status": "ok"}
 
-    app.include_router(chat_routes.router)
     app.include_router(passthrough_routes.router)
     app.include_router(admin_routes.router)
     app.include_router(admin_memory_routes.router)

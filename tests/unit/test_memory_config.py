@@ -123,9 +123,18 @@ def test_memory_must_be_an_object(raw: object) -> None:
     assert error(raw).field == "memory"
 
 
-@pytest.mark.parametrize("mode", ["Hybrid", "off", "", 1, ["hybrid"]])
-def test_mode_must_be_curated_or_hybrid(mode: object) -> None:
+@pytest.mark.parametrize("mode", ["Hybrid", "Off", "none", "", 1, ["hybrid"]])
+def test_mode_must_be_curated_hybrid_or_off(mode: object) -> None:
     assert error({"mode": mode, "gateway": gw()}).field == "memory.mode"
+
+
+def test_off_is_a_passthrough_without_a_gateway() -> None:
+    cfg = parse_memory_config({"mode": "off", "gateway": gw()})
+    assert cfg.passthrough and cfg.explicit
+    assert cfg.gateway is None
+    assert gateway_status(cfg).startswith("off")
+    assert not parse_memory_config({"mode": "curated"}).passthrough
+    assert not parse_memory_config(None).passthrough
 
 
 @pytest.mark.parametrize("block", ["x", [], 1])

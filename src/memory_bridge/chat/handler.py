@@ -6,19 +6,13 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import suppress
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
-
-import anyio
-import httpx
-from starlette.responses import Response
+from typing import Any
 
 from memory_bridge.background import BackgroundWork
 from memory_bridge.chat.capture import StreamCapture, reply_from_json
-from memory_bridge.chat.responses import PassthroughStream
-from memory_bridge.chat.upstream import Upstream, passthrough, response_headers
+from memory_bridge.chat.upstream import UPSTREAM_ERRORS, Opened, Upstream
 from memory_bridge.context.assemble import assemble
 from memory_bridge.context.recall import recall_all
 from memory_bridge.context.template import MemoryTemplate
@@ -29,8 +23,8 @@ from memory_bridge.tenancy.config import TokenConfig, config_secrets
 from memory_bridge.turn import DEFAULT_SESSION, TOKEN_WIDE_USER, Reply, Scope, Turn
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 _MAX_ID = 200
+_SSE = "text/event-stream"
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,9 +33,21 @@ class ChatRequest:
     token_id: int
     config: TokenConfig
     body: bytes
-    headers: Mapping[str, str]
+    headers: Mapping[str, str]  # lower-case names
     started: float  # perf_counter() when the request reached the proxy
-    wait_disconnect: Callable[[], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """The response for our client: a whole body, or a stream of bytes to relay as they come.
+
+    Whoever sends it must exhaust or `aclose()` the stream (which releases the upstream).
+    """
+
+    status: int
+    headers: list[tuple[bytes, bytes]]
+    body: bytes = b""
+    stream: AsyncGenerator[bytes, None] | None = None
 
 
 class ChatHandler:
@@ -62,84 +68,60 @@ class ChatHandler:
         self._store_timeout = store_timeout
         self._inline: set[asyncio.Task[None]] = set()
 
-    async def handle(self, req: ChatRequest) -> Response:
+    async def handle(self, req: ChatRequest) -> Outgoing:
+        """Answer one chat completion. A client that disconnects cancels the calling task;
+        the upstream request is abandoned then, but a turn being stored is not."""
         body = _parse_body(req.body)
+        scope = _scope(req.token_id, body, req.headers)
+        config = req.config
+        headers = self._upstream.request_headers(config, req.headers, json_body=True)
+        streaming = body.get("stream") is True
+        if config.memory_config.passthrough:
+            # No layer to feed or fill: the client's bytes go upstream, nothing is captured.
+            diagnostics = _diagnostics([], req.started)
+            if streaming:
+                opened = await self._upstream.open("POST", config.chat_url(), headers, req.body)
+                return _relay_plain(opened, diagnostics)
+            fetched = await self._upstream.fetch("POST", config.chat_url(), headers, req.body)
+            return Outgoing(fetched.status, [*fetched.headers, *diagnostics], fetched.content)
         try:
             messages = parse_messages(body.get("messages"))
         except MessageError as exc:
             raise invalid_request(str(exc)) from None
         turn = Turn(
             request_id=req.request_id,
-            scope=_scope(req.token_id, body, req.headers),
-            config=req.config,
+            scope=scope,
+            config=config,
             messages=messages,
             query=latest_user_text(messages),
         )
         recalls = await recall_all(self._sources, turn)
-        forwarded = assemble(
-            body["messages"], messages, recalls, self._templates[turn.config.template]
-        )
+        forwarded = assemble(body["messages"], messages, recalls, self._templates[config.template])
         payload = req.body
         if forwarded is not None:
             payload = json.dumps({**body, "messages": forwarded}, ensure_ascii=False).encode()
-        headers = self._upstream.request_headers(turn.config, req.headers, json_body=True)
         diagnostics = _diagnostics(recalls, req.started)
-        url = turn.config.chat_url()
-        if body.get("stream") is True:
-            opening = self._upstream.open("POST", url, headers, payload)
-            return await self._stream(turn, recalls, opening, diagnostics, req.wait_disconnect)
-        fetching = self._upstream.fetch("POST", url, headers, payload)
-        return await self._complete(turn, recalls, fetching, diagnostics, req.wait_disconnect)
-
-    async def _complete(
-        self,
-        turn: Turn,
-        recalls: list[Recall],
-        fetching: Awaitable[httpx.Response],
-        diagnostics: list[tuple[bytes, bytes]],
-        wait_disconnect: Callable[[], Awaitable[None]],
-    ) -> Response:
-        upstream = await _until_disconnect(fetching, wait_disconnect)
-        if upstream.is_success:
-            reply = reply_from_json(upstream.content)
+        if streaming:
+            opened = await self._upstream.open("POST", config.chat_url(), headers, payload)
+            if not opened.ok or not opened.content_type.startswith(_SSE):
+                return await _read_whole(opened, diagnostics)
+            stream = self._relay(turn, recalls, opened)
+            return Outgoing(opened.status, _stream_headers(opened, diagnostics), stream=stream)
+        fetched = await self._upstream.fetch("POST", config.chat_url(), headers, payload)
+        if fetched.ok:
+            reply = reply_from_json(fetched.content)
             if reply is not None:
                 await self._remember(turn, recalls, reply)
-        return passthrough(upstream, upstream.content, diagnostics)
-
-    async def _stream(
-        self,
-        turn: Turn,
-        recalls: list[Recall],
-        opening: Awaitable[httpx.Response],
-        diagnostics: list[tuple[bytes, bytes]],
-        wait_disconnect: Callable[[], Awaitable[None]],
-    ) -> Response:
-        upstream = await _until_disconnect(opening, wait_disconnect)
-        content_type = upstream.headers.get("content-type", "")
-        if not upstream.is_success or not content_type.startswith("text/event-stream"):
-            try:
-                content = await _until_disconnect(upstream.aread(), wait_disconnect)
-            finally:
-                await upstream.aclose()
-            return passthrough(upstream, content, diagnostics)
-        stream = PassthroughStream(
-            self._relay(turn, recalls, upstream), status_code=upstream.status_code
-        )
-        stream.raw_headers = [
-            *response_headers(upstream.headers),
-            (b"x-accel-buffering", b"no"),
-            *diagnostics,
-        ]
-        return stream
+        return Outgoing(fetched.status, [*fetched.headers, *diagnostics], fetched.content)
 
     async def _relay(
-        self, turn: Turn, recalls: list[Recall], upstream: httpx.Response
-    ) -> AsyncIterator[bytes]:
+        self, turn: Turn, recalls: list[Recall], upstream: Opened
+    ) -> AsyncGenerator[bytes, None]:
         """Pass the upstream's bytes on as they come, parsing a copy on the side."""
         capture = StreamCapture()
         remembered = False
         try:
-            async for chunk in upstream.aiter_bytes():
+            async for chunk in upstream.chunks():
                 if capture.feed(chunk):
                     # Stored before the client sees [DONE]: its next request sees this turn.
                     remembered = True
@@ -147,13 +129,12 @@ class ChatHandler:
                     if reply is not None:
                         await self._remember(turn, recalls, reply)
                 yield chunk
-        except httpx.HTTPError as exc:
+        except UPSTREAM_ERRORS as exc:
             log.warning("upstream stream broke off: %s", type(exc).__name__)
             yield _stream_error(exc, capture.has_partial_line)
             return
         finally:
-            with anyio.CancelScope(shield=True):
-                await upstream.aclose()
+            upstream.close()
         if not remembered:
             reply = capture.finish()
             if reply is not None:
@@ -169,9 +150,11 @@ class ChatHandler:
         self._inline.add(task)
         task.add_done_callback(self._inline.discard)
         await asyncio.shield(task)
-        secrets = config_secrets(turn.config)
+        secrets: tuple[str, ...] | None = None
         for source in self._sources:
             if not source.remember_inline:
+                if secrets is None:
+                    secrets = config_secrets(turn.config)
                 self._background.submit(
                     f"{source.name}.remember",
                     source.remember(exchange),
@@ -186,6 +169,47 @@ class ChatHandler:
                     await source.remember(exchange)
                 except Exception as exc:
                     log.error("storing the turn in %s failed: %s", source.name, type(exc).__name__)
+
+
+def _stream_headers(
+    opened: Opened, diagnostics: list[tuple[bytes, bytes]]
+) -> list[tuple[bytes, bytes]]:
+    # Tells buffering reverse proxies (nginx) in front of us to pass events on at once.
+    return [*opened.headers, (b"x-accel-buffering", b"no"), *diagnostics]
+
+
+async def _read_whole(opened: Opened, diagnostics: list[tuple[bytes, bytes]]) -> Outgoing:
+    """An upstream error (or a non-SSE answer) to a streaming request: passed on whole."""
+    try:
+        content = await opened.read()
+    finally:
+        opened.close()
+    return Outgoing(opened.status, [*opened.headers, *diagnostics], content)
+
+
+def _relay_plain(opened: Opened, diagnostics: list[tuple[bytes, bytes]]) -> Outgoing:
+    """A passthrough token's stream (or anything else the upstream answers): bytes only."""
+
+    async def relay() -> AsyncGenerator[bytes, None]:
+        try:
+            async for chunk in opened.chunks():
+                yield chunk
+        except UPSTREAM_ERRORS as exc:
+            log.warning("upstream stream broke off: %s", type(exc).__name__)
+            if opened.content_type.startswith(_SSE):
+                yield _stream_error(exc, mid_line=True)
+        finally:
+            opened.close()
+
+    headers = (
+        _stream_headers(opened, diagnostics)
+        if opened.content_type.startswith(_SSE)
+        else [
+            *opened.headers,
+            *diagnostics,
+        ]
+    )
+    return Outgoing(opened.status, headers, stream=relay())
 
 
 def _parse_body(raw: bytes) -> dict[str, Any]:
@@ -231,28 +255,3 @@ def _stream_error(exc: Exception, mid_line: bool) -> bytes:
     # A partial line from the upstream must be terminated, or our event would merge into it.
     lead = b"\n\n" if mid_line else b""
     return lead + b"data: " + json.dumps(error).encode() + b"\n\ndata: [DONE]\n\n"
-
-
-async def _until_disconnect(
-    work: Awaitable[T], wait_disconnect: Callable[[], Awaitable[None]]
-) -> T:
-    """Await `work`, abandoning it at once if the client disconnects meanwhile."""
-    task = asyncio.ensure_future(work)
-    watch = asyncio.ensure_future(wait_disconnect())
-    try:
-        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for pending in (task, watch):
-            if not pending.done():
-                pending.cancel()
-        with suppress(asyncio.CancelledError):
-            await watch
-    if not task.done():
-        with suppress(asyncio.CancelledError):
-            await task
-        raise ClientGone
-    return task.result()
-
-
-class ClientGone(Exception):
-    """The client disconnected before the upstream answered; nobody is left to reply to."""

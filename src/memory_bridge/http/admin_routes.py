@@ -14,7 +14,7 @@ from memory_bridge.sources.base import MemorySource
 from memory_bridge.storage.events import EventLog
 from memory_bridge.storage.tokens import TokenRecord, TokenStore
 from memory_bridge.tenancy.config import TokenConfigError, merge_patch, validate_config
-from memory_bridge.tenancy.memory_config import DegradedWarning
+from memory_bridge.tenancy.memory_config import PASSTHROUGH_STATUS, DegradedWarning
 from memory_bridge.tenancy.secrets import mask_secrets
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,10 @@ def detail(record: TokenRecord, sources: tuple[MemorySource, ...]) -> dict[str, 
     else:
         out["config"] = mask_secrets(record.config.model_dump(exclude_none=True))
         out["usable"] = True
-        out["memory_layers"] = {s.name: s.describe(record.config) for s in sources}
+        off = record.config.memory_config.passthrough
+        out["memory_layers"] = {
+            s.name: PASSTHROUGH_STATUS if off else s.describe(record.config) for s in sources
+        }
     return out
 
 

@@ -1,7 +1,8 @@
 """The edge middleware: a request id for every request, and authentication.
 
 Pure ASGI (no BaseHTTPMiddleware) so streaming bodies and the client's disconnect signal pass
-through untouched and the hot path stays short. Auth never fails open: anything but `/health`
+through untouched and the hot path stays short: the chat path goes from here straight to its
+plain ASGI endpoint, everything else on to FastAPI. Auth never fails open: anything but `/health`
 needs a known token of the right kind.
 """
 
@@ -12,6 +13,7 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from memory_bridge.http import chat_routes
 from memory_bridge.http.errors import error_body
 from memory_bridge.request_context import new_request_id, request_id_var
 from memory_bridge.storage.tokens import Principal, TokenStore
@@ -49,7 +51,10 @@ class EdgeMiddleware:
                 if denied is not None:
                     await _reject(send_with_id, *denied)
                     return
-            await self.app(scope, receive, send_with_id)
+            if path == chat_routes.PATH:
+                await chat_routes.chat_completions(scope, receive, send_with_id)
+            else:
+                await self.app(scope, receive, send_with_id)
         finally:
             request_id_var.reset(token)
 

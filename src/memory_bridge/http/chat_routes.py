@@ -1,36 +1,126 @@
-"""`POST /v1/chat/completions`: the proxied chat path."""
+"""`POST /v1/chat/completions`: the proxied chat path, as a plain ASGI endpoint.
+
+The edge middleware hands this path straight here, past FastAPI's routing and middleware
+layers, because it is the hot path (docs/performance.md). One watcher task per request reads
+the client's `http.disconnect` and cancels the request's task: the upstream call is abandoned
+at once, wherever the handler is waiting.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
-from starlette.responses import Response
+import asyncio
+import logging
+from contextlib import suppress
 
-from memory_bridge.chat.handler import ChatHandler, ChatRequest, ClientGone
-from memory_bridge.http.auth import principal_of
+from starlette.types import Receive, Scope, Send
 
-router = APIRouter()
+from memory_bridge.chat.handler import ChatHandler, ChatRequest, Outgoing
+from memory_bridge.errors import ProxyError
+from memory_bridge.http.errors import error_body
+from memory_bridge.storage.tokens import Principal
+
+log = logging.getLogger(__name__)
+
+PATH = "/v1/chat/completions"
+_JSON = [(b"content-type", b"application/json")]
 
 
-@router.post("/v1/chat/completions")
-async def chat_completions(request: Request) -> Response:
-    principal = principal_of(request.scope)
-    assert principal.config is not None
-    handler: ChatHandler = request.app.state.chat
+class _DisconnectWatcher:
+    """Cancels `task` when the client disconnects, until stopped."""
 
-    async def wait_disconnect() -> None:
-        while (await request.receive())["type"] != "http.disconnect":
+    def __init__(self, receive: Receive, task: asyncio.Task[object]) -> None:
+        self.fired = False
+        self._receive = receive
+        self._task = task
+        self._watch = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        while (await self._receive())["type"] != "http.disconnect":
             pass
+        self.fired = True
+        self._task.cancel()
 
-    chat = ChatRequest(
-        request_id=request.scope["state"]["request_id"],
+    def stop(self) -> None:
+        # Must happen before the last body message: the server reports the end of a complete
+        # response as a disconnect too.
+        self._watch.cancel()
+
+
+async def chat_completions(scope: Scope, receive: Receive, send: Send) -> None:
+    if scope["method"] != "POST":
+        error = error_body(405, "invalid_request_error", "Method Not Allowed")
+        await _send_whole(send, 405, [*_JSON, (b"allow", b"POST")], error)
+        return
+    body = await _read_body(receive)
+    if body is None:
+        return  # the client left while sending
+    state = scope["state"]
+    principal: Principal = state["principal"]  # set by the edge middleware
+    assert principal.config is not None
+    request = ChatRequest(
+        request_id=state["request_id"],
         token_id=principal.token_id,
         config=principal.config,
-        body=await request.body(),
-        headers=request.headers,
-        started=request.scope["state"]["started"],
-        wait_disconnect=wait_disconnect,
+        body=body,
+        headers={k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]},
+        started=state["started"],
     )
+    handler: ChatHandler = scope["app"].state.chat
+    task = asyncio.current_task()
+    assert task is not None
+    watcher = _DisconnectWatcher(receive, task)
+    outgoing: Outgoing | None = None
     try:
-        return await handler.handle(chat)
-    except ClientGone:
-        return Response(status_code=499)
+        try:
+            outgoing = await handler.handle(request)
+        except ProxyError as exc:
+            watcher.stop()
+            error = error_body(exc.status, exc.type, exc.message)
+            await _send_whole(send, exc.status, _JSON, error)
+            return
+        except Exception as exc:
+            # The class only: a message or traceback could quote the token's config.
+            log.error("unhandled %s", type(exc).__name__)
+            watcher.stop()
+            error = error_body(500, "internal_error", "Internal error.")
+            await _send_whole(send, 500, _JSON, error)
+            return
+        if outgoing.stream is None:
+            watcher.stop()
+            await _send_whole(send, outgoing.status, outgoing.headers, outgoing.body)
+            return
+        await send(
+            {"type": "http.response.start", "status": outgoing.status, "headers": outgoing.headers}
+        )
+        async for chunk in outgoing.stream:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        watcher.stop()
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+    except asyncio.CancelledError:
+        if not watcher.fired:
+            raise  # the server is shutting down, not ours to swallow
+        task.uncancel()  # the client left: nobody to answer
+    finally:
+        watcher.stop()
+        if outgoing is not None and outgoing.stream is not None:
+            with suppress(Exception):
+                await outgoing.stream.aclose()
+
+
+async def _read_body(receive: Receive) -> bytes | None:
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+async def _send_whole(
+    send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes
+) -> None:
+    headers = [*headers, (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

@@ -21,7 +21,7 @@ async def _forward(request: Request, path: str) -> Response:
     if request.url.query:
         url += "?" + request.url.query
     reply = await upstream.fetch(request.method, url, headers, body or None)
-    return passthrough(reply, reply.content)
+    return passthrough(reply)
 
 
 @router.get("/v1/models")

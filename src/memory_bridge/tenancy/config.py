@@ -96,6 +96,13 @@ class TokenConfig(BaseModel):
     def _long_term_memory(self) -> TokenConfig:
         if not any(getattr(self, name) is not None for name in MEMORY_REQUIRED):
             return self
+        if self.memory_config.passthrough:
+            # Silently ignoring a configured layer would surprise; say which setting wins.
+            raise TokenConfigError(
+                "memory.mode",
+                "'off' turns every memory layer off; remove the long-term memory settings "
+                "(" + ", ".join(MEMORY_REQUIRED) + ") or choose another mode",
+            )
         missing = [name for name in MEMORY_REQUIRED if getattr(self, name) is None]
         if missing:
             raise TokenConfigError(

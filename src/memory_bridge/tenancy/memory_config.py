@@ -1,4 +1,4 @@
-"""The token field `memory`: curated-only or hybrid (curated + Memory Gateway).
+"""The token field `memory`: curated-only, hybrid (curated + Memory Gateway), or off.
 
 `parse_memory_config(token_config.memory)` turns the raw JSON object into a frozen
 `MemoryConfig`, raising `TokenConfigError` (field named like `memory.gateway.topK`) on anything
@@ -7,6 +7,7 @@ invalid. Keys may be camelCase or snake_case; an error names the key as the call
 No `memory` section (or no `mode`) is *implicit* hybrid: the Gateway layer is used when its
 credentials are complete, otherwise the token runs degraded on curated memory alone. An explicit
 `"mode": "hybrid"` makes the credentials required. `"curated"` ignores any gateway block.
+`"off"` makes the token a plain passthrough: no layer recalls or stores anything.
 
 The Gateway `userKey` is held as a `SecretStr` and left out of `repr`, and no error message
 ever quotes a submitted value, so the key cannot leak through a log line or a 422 body.
@@ -36,6 +37,7 @@ from memory_bridge.tenancy.errors import TokenConfigError
 
 __all__ = [
     "DEFAULT_SCOPE",
+    "PASSTHROUGH_STATUS",
     "DegradedWarning",
     "GatewayConfig",
     "GatewayScope",
@@ -47,7 +49,10 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-MemoryMode = Literal["curated", "hybrid"]
+# Every layer's state, in admin details, on a token whose memory is off.
+PASSTHROUGH_STATUS = "off (memory.mode 'off': passthrough)"
+
+MemoryMode = Literal["curated", "hybrid", "off"]
 GatewayScope = Literal["current_chat", "resources", "all_user_memory"]
 # The issue gives no default scope; its example's value is the natural one: this chat's
 # memories plus shared resources, without reaching into the user's other conversations.
@@ -148,19 +153,26 @@ class MemoryConfig(BaseModel):
 
     @model_validator(mode="after")
     def _curated_has_no_gateway(self) -> MemoryConfig:
-        if self.mode == "curated" and self.gateway is not None:
-            raise ValueError("curated mode has no gateway")
+        if self.mode != "hybrid" and self.gateway is not None:
+            raise ValueError(f"{self.mode} mode has no gateway")
         return self
 
     @property
     def gateway_active(self) -> bool:
         return self.gateway is not None
 
+    @property
+    def passthrough(self) -> bool:
+        """No memory layer at all: requests are forwarded as they are and nothing is stored."""
+        return self.mode == "off"
+
 
 def gateway_status(cfg: MemoryConfig) -> str:
     """The Gateway layer's state for admin details and the load-time warning."""
     if cfg.gateway is not None:
         return "active"
+    if cfg.mode == "off":
+        return PASSTHROUGH_STATUS
     if cfg.mode == "curated":
         return "off (curated mode)"
     return "degraded: no gateway credentials"
@@ -187,10 +199,10 @@ def parse_memory_config(raw: object) -> MemoryConfig:
     values, spelled = _normalize(raw, _MEMORY_KEYS, "memory")
 
     mode = values.get("mode")
-    if mode is not None and mode not in ("curated", "hybrid"):
-        raise TokenConfigError("memory.mode", "must be 'curated' or 'hybrid'")
-    if mode == "curated":
-        return MemoryConfig(mode="curated", explicit=True)
+    if mode is not None and mode not in ("curated", "hybrid", "off"):
+        raise TokenConfigError("memory.mode", "must be 'curated', 'hybrid' or 'off'")
+    if mode in ("curated", "off"):
+        return MemoryConfig(mode=mode, explicit=True)
     explicit = mode == "hybrid"
 
     block = values.get("gateway")
