@@ -575,7 +575,8 @@ def _r(value: float, digits: int = 3) -> float | None:
 def _ratio(value: float | None, base: float | None) -> float | None:
     if value is None or base is None or base == 0:
         return None
-    return round(value / base, 3)
+    # Significant digits, not decimals: a slow target against a fast direct is far below 0.001.
+    return float(f"{value / base:.4g}")
 
 
 @dataclass
