@@ -1,19 +1,26 @@
-"""What the storage layer costs per chat request, against references (SQLite, in process).
+"""What the storage layer costs per chat request: before/after and against references.
 
-    python scripts/bench/storage_micro.py [--requests 2000]
+    python scripts/bench/storage_micro.py [--requests 2000] [--database-url URL]
 
-A chat request through MemoryBridge does three units of work on the database: the history
-read (`SessionRepository.recent`), the curated snapshot (`CuratedRepository.snapshot`) and,
-after the reply, the history write (`SessionRepository.append`). This times exactly those
-calls on a fresh SQLite file, sequentially and with 16 requests at once, and then the same
-statements two other ways, as the yardstick for an optimisation:
+A chat request through MemoryBridge does up to three units of work on the database: the
+history read (`SessionRepository.window`), the curated snapshot (`CuratedRepository.snapshot`)
+and, after the reply, the history write (`SessionRepository.append`). This times, in one run
+on one fresh database (a SQLite file by default), sequentially and with 16 requests at once:
 
-- `sync-core-1-thread`: the same SQLAlchemy Core statements on a synchronous engine, each
-  unit of work one call on a single dedicated thread (`run_in_executor`), `BEGIN IMMEDIATE`;
-- `sqlite3-1-thread`: the same SQL through the standard `sqlite3` module on that thread.
+- `before: async ORM`: the statements as the repositories ran them up to the one-call units
+  of work: an async ORM session per unit (aiosqlite on SQLite), kept here as the yardstick;
+- `now: repositories`: the real repositories, curated cache off (three units per request);
+- `now: + curated cache`: the same with the snapshot cached as in the proxy (two units);
+- SQLite only, references: `ref: sync-core-1-thread`, the same Core statements on a
+  synchronous engine, each unit one call on a single dedicated thread, `BEGIN IMMEDIATE`;
+  `ref: sqlite3-1-thread`, the same SQL through the `sqlite3` module on that thread.
 
-Figures are wall milliseconds per request (three units of work) and requests/s; the process
-is otherwise idle, so at concurrency 16 they also show lock contention and thread hops.
+A second table times history injection alone for a session with 20 stored messages: read,
+parse every message and compute its identity digest (what `SessionHistory.recall` needs).
+
+Figures are wall milliseconds per request, requests/s, and the process's CPU time (all its
+threads) per request. At concurrency 16 the wall figures also show lock contention and thread
+hops; on a shared machine the CPU figure is the steadier one.
 """
 
 from __future__ import annotations
@@ -25,19 +32,20 @@ import json
 import sqlite3
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import create_engine as create_sync_engine
 from sqlalchemy import event, insert, select
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Engine, make_url
 
 from memory_bridge.messages import Message
-from memory_bridge.storage.curated import CuratedRepository
-from memory_bridge.storage.db import _sqlite_pragmas, create_engine, create_schema, session_factory
-from memory_bridge.storage.sessions import SessionRepository
+from memory_bridge.storage.curated import CuratedRepository, CuratedSnapshot
+from memory_bridge.storage.db import Database, _sqlite_pragmas, create_engine, create_schema
+from memory_bridge.storage.sessions import SessionRepository, _stored_form
 from memory_bridge.storage.tables import curated, messages
 from memory_bridge.turn import Scope
 
@@ -46,6 +54,58 @@ EXCHANGE = [
     Message(role="user", content="Say hello to the benchmark, please."),
     Message(role="assistant", content="Hello from the benchmark upstream."),
 ]
+TOKEN = 1
+LONG_SESSION = "long"
+
+
+class BeforeORM:
+    """The hot-path statements as the repositories ran them before: an async ORM session each."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def recent(self, scope: Scope, limit: int) -> list[Message]:
+        async with self._db() as s:
+            rows = (
+                await s.execute(
+                    select(messages.c.body)
+                    .where(
+                        messages.c.token_id == scope.token_id,
+                        messages.c.user_id == scope.user,
+                        messages.c.session_id == scope.session,
+                    )
+                    .order_by(messages.c.id.desc())
+                    .limit(limit)
+                )
+            ).all()
+        return [Message.model_validate(json.loads(r.body)) for r in reversed(rows)]
+
+    async def snapshot(self, token_id: int, user: str) -> CuratedSnapshot:
+        async with self._db() as s:
+            rows = (
+                await s.execute(
+                    select(curated.c.kind, curated.c.user_id, curated.c.body).where(
+                        curated.c.token_id == token_id, curated.c.user_id.in_({"", user})
+                    )
+                )
+            ).all()
+        docs = {(r.kind, r.user_id): r.body for r in rows}
+        user_doc = docs.get(("user", user)) or docs.get(("user", ""), "")
+        return CuratedSnapshot(memory=docs.get(("memory", ""), ""), user=user_doc)
+
+    async def append(self, scope: Scope, items: list[Message]) -> None:
+        rows = [
+            {
+                "token_id": scope.token_id,
+                "user_id": scope.user,
+                "session_id": scope.session,
+                "role": m.role,
+                "body": json.dumps(_stored_form(m), ensure_ascii=False),
+            }
+            for m in items
+        ]
+        async with self._db.begin() as s:
+            await s.execute(insert(messages), rows)
 
 
 async def timed(label: str, request: Request, n: int, concurrency: int) -> str:
@@ -56,32 +116,32 @@ async def timed(label: str, request: Request, n: int, concurrency: int) -> str:
         for i in todo:
             await request(i)
 
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
-    elapsed = time.perf_counter() - started
-    per_request = elapsed / n * 1000
-    return f"{label:22s} c={concurrency:<3d} {per_request:7.3f} ms/request {n / elapsed:8.0f}/s"
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+    return (
+        f"{label:24s} c={concurrency:<3d} {elapsed / n * 1000:7.3f} ms/request"
+        f" {n / elapsed:8.0f}/s   cpu {cpu / n * 1000:6.3f} ms/request"
+    )
 
 
-async def main(n: int) -> None:
-    path = Path(tempfile.mkdtemp(prefix="mb-storage-")) / "bench.db"
-    engine = create_engine(f"sqlite+aiosqlite:///{path}")
-    await create_schema(engine)
-    sessions = session_factory(engine)
-    history, docs = SessionRepository(sessions), CuratedRepository(sessions)
-    await docs.put(1, "memory", "", "# Notes\n" + "- a fact\n" * 40)
+@contextmanager
+def database(url: str | None) -> Iterator[str]:
+    if url is not None:
+        yield url
+        return
+    with tempfile.TemporaryDirectory(prefix="mb-storage-") as tmp:
+        yield f"sqlite+aiosqlite:///{Path(tmp) / 'bench.db'}"
 
-    async def current(i: int) -> None:  # what the proxy does today, per request
-        scope = Scope(token_id=1, user="", session=f"s{i}")
-        await asyncio.gather(history.recent(scope, 20), docs.snapshot(1, ""))
-        await history.append(scope, EXCHANGE)
 
+def sqlite_references(path: str) -> tuple[list[tuple[str, Request]], Callable[[], None]]:
+    """The two yardsticks: Core on a sync engine, and the sqlite3 module, on one thread."""
     sync_engine = create_sync_engine(f"sqlite:///{path}")
     event.listen(sync_engine, "connect", _sqlite_pragmas)
     one_thread = ThreadPoolExecutor(1, thread_name_prefix="sqlite")
     loop = asyncio.get_running_loop()
     rows = [
-        {"token_id": 1, "user_id": "", "role": m.role, "body": json.dumps(m.model_dump())}
+        {"token_id": TOKEN, "user_id": "", "role": m.role, "body": json.dumps(m.model_dump())}
         for m in EXCHANGE
     ]
 
@@ -90,7 +150,7 @@ async def main(n: int) -> None:
             conn.execute(
                 select(messages.c.body)
                 .where(
-                    messages.c.token_id == 1,
+                    messages.c.token_id == TOKEN,
                     messages.c.user_id == "",
                     messages.c.session_id == session,
                 )
@@ -99,7 +159,7 @@ async def main(n: int) -> None:
             ).all()
             conn.execute(
                 select(curated.c.kind, curated.c.user_id, curated.c.body).where(
-                    curated.c.token_id == 1, curated.c.user_id.in_({""})
+                    curated.c.token_id == TOKEN, curated.c.user_id.in_({""})
                 )
             ).all()
 
@@ -139,18 +199,77 @@ async def main(n: int) -> None:
         await loop.run_in_executor(one_thread, raw_read, f"s{i}")
         await loop.run_in_executor(one_thread, raw_write, f"s{i}")
 
+    def close() -> None:
+        raw.close()
+        one_thread.shutdown()
+        sync_engine.dispose()
+
+    return [("ref: sync-core-1-thread", sync_core), ("ref: sqlite3-1-thread", raw_sqlite)], close
+
+
+async def main(n: int, url: str) -> None:
+    engine = create_engine(url)
+    await create_schema(engine)
+    db = Database(engine)
+    before = BeforeORM(db)
+    history = SessionRepository(db)
+    uncached, cached = CuratedRepository(db), CuratedRepository(db, cache_ttl=5.0)
+    run_id = f"{time.time_ns():x}"  # sessions of this run only, should the database be reused
+    await uncached.put(TOKEN, "memory", "", "# Notes\n" + "- a fact\n" * 40)
+    long_scope = Scope(token_id=TOKEN, user="", session=f"{run_id}-{LONG_SESSION}")
+    for i in range(10):
+        await history.append(
+            long_scope,
+            [
+                Message(role="user", content=f"Question number {i}: what about the weather?"),
+                Message(role="assistant", content=f"Answer number {i}: " + "sunny, " * 20),
+            ],
+        )
+
+    def scope(i: int) -> Scope:
+        return Scope(token_id=TOKEN, user="", session=f"{run_id}-s{i}")
+
+    async def before_orm(i: int) -> None:  # what the proxy did per request
+        await asyncio.gather(before.recent(scope(i), 20), before.snapshot(TOKEN, ""))
+        await before.append(scope(i), EXCHANGE)
+
+    def now(docs: CuratedRepository) -> Request:
+        async def request(i: int) -> None:  # what the proxy does per request
+            await asyncio.gather(history.window(scope(i), 20), docs.snapshot(TOKEN, ""))
+            await history.append(scope(i), EXCHANGE)
+
+        return request
+
     variants: list[tuple[str, Request]] = [
-        ("current (async ORM)", current),
-        ("sync-core-1-thread", sync_core),
-        ("sqlite3-1-thread", raw_sqlite),
+        ("before: async ORM", before_orm),
+        ("now: repositories", now(uncached)),
+        ("now: + curated cache", now(cached)),
     ]
-    print(f"{n} requests, each: history read + curated snapshot + history write (2 rows)")
+    close_refs: Callable[[], None] | None = None
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database:
+        refs, close_refs = sqlite_references(parsed.database)
+        variants += refs
+    print(f"{engine.dialect.name}: {n} requests, each: history read + curated snapshot")
+    print("+ history write (2 rows)")
     for label, request in variants:
         for concurrency in (1, 16):
             print(await timed(label, request, n, concurrency), flush=True)
-    raw.close()
-    one_thread.shutdown()
-    sync_engine.dispose()
+
+    async def before_window(_: int) -> None:
+        stored = await before.recent(long_scope, 20)
+        [m.identity() for m in stored]
+
+    async def now_window(_: int) -> None:
+        stored = await history.window(long_scope, 20)
+        [s.identity for s in stored]
+
+    print(f"\n{n} history injections of 20 stored messages: read, parse, identity digests")
+    for label, request in (("before: async ORM", before_window), ("now: window()", now_window)):
+        print(await timed(label, request, n, 1), flush=True)
+    if close_refs is not None:
+        close_refs()
+    await db.close()
     await engine.dispose()
 
 
@@ -163,7 +282,18 @@ def run(coro: Any) -> None:
         asyncio.run(coro)
 
 
+async def _main(n: int, url: str | None) -> None:
+    with database(url) as resolved:
+        await main(n, resolved)
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=2000)
-    run(main(parser.parse_args().requests))
+    parser.add_argument(
+        "--database-url",
+        help="an empty database to use instead of a temporary SQLite file, e.g. "
+        "postgresql+asyncpg://postgres@127.0.0.1:5432/bench (tables are created, never dropped)",
+    )
+    args = parser.parse_args()
+    run(_main(args.requests, args.database_url))

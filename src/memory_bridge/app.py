@@ -110,7 +110,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
         background = BackgroundWork()
         events = EventLog(sessions)
-        curated = CuratedRepository(sessions)
+        curated = CuratedRepository(sessions, settings.token_cache_ttl)
         degraded = DegradedWarning()
         prepare_mem0_environment(settings)
         longterm = create_long_term_memory(settings)
@@ -129,6 +129,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         upstream = Upstream(llm_session, settings.forwarded_header_names)
         tokens = TokenStore(sessions, settings.token_cache_ttl)
         tokens.on_change(longterm.pool.invalidate)
+        tokens.on_change(curated.forget)
         app.state.settings = settings
         app.state.tokens = tokens
         app.state.longterm = longterm
@@ -149,6 +150,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await longterm.pool.close_all(settings.background_drain_timeout)
             await client.aclose()
             await llm_session.close()
+            await sessions.close()
             await engine.dispose()
             log.info("MemoryBridge stopped")
 

@@ -23,14 +23,16 @@ class SessionHistory:
         self._repo = repo
 
     async def recall(self, turn: Turn) -> Recall:
-        stored = await self._repo.recent(turn.scope, turn.config.session_window_size)
+        stored = await self._repo.window(turn.scope, turn.config.session_window_size)
         if not stored:
             return Recall(source=self.name)
         carried, prefix = overlap(
-            [m.identity() for m in stored], [m.identity() for m in conversation(turn.messages)]
+            [s.identity for s in stored], [m.identity() for m in conversation(turn.messages)]
         )
         return Recall(
-            source=self.name, history=tuple(stored[: len(stored) - carried]), stored_prefix=prefix
+            source=self.name,
+            history=tuple(s.message for s in stored[: len(stored) - carried]),
+            stored_prefix=prefix,
         )
 
     async def remember(self, exchange: Exchange) -> None:

@@ -1,16 +1,29 @@
-"""The one database engine of the process, and schema creation."""
+"""The one database of the process: its engine, schema creation, and two ways to use it.
+
+- `Database.run(work)` / `Database.write(work)`: one unit of work as one call, for the chat
+  hot path. `work` is a plain function of a synchronous SQLAlchemy `Connection` running Core
+  statements, so the same code serves both databases. On a SQLite file it runs on a single
+  dedicated thread that owns one connection of a synchronous engine (writes start with
+  `BEGIN IMMEDIATE`); elsewhere (PostgreSQL) it runs through the async engine's
+  `AsyncConnection.run_sync`. No ORM session, greenlet or aiosqlite hop per statement.
+- `Database()` / `Database.begin()`: async ORM sessions, for the admin API.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import AsyncIterator
+import sqlite3
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from sqlalchemy import event
-from sqlalchemy.engine import make_url
+from sqlalchemy import Connection, event
+from sqlalchemy import create_engine as create_sync_engine
+from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
@@ -20,10 +33,15 @@ from sqlalchemy.ext.asyncio import (
 
 from memory_bridge.storage.tables import metadata
 
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+Work = Callable[[Connection], T]
+
 
 def create_engine(url: str) -> AsyncEngine:
     # aiosqlite logs every statement with its parameters at DEBUG, and token configs (with
-    # their API keys) are parameters: its debug output must never reach a log.
+    # their API keys) are parameters: its debug output must never reach a log. For the same
+    # reason no engine puts parameters into its log lines or exception strings.
     logging.getLogger("aiosqlite").setLevel(logging.INFO)
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
@@ -32,11 +50,18 @@ def create_engine(url: str) -> AsyncEngine:
         # Each aiosqlite connection is a thread: keep a fixed set rather than opening and
         # closing overflow connections (and threads) under load.
         engine = create_async_engine(
-            url, connect_args={"timeout": 30}, pool_size=20, max_overflow=0, pool_timeout=30
+            url,
+            connect_args={"timeout": 30},
+            pool_size=20,
+            max_overflow=0,
+            pool_timeout=30,
+            hide_parameters=True,
         )
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         return engine
-    return create_async_engine(url, pool_size=10, max_overflow=20, pool_pre_ping=True)
+    return create_async_engine(
+        url, pool_size=10, max_overflow=20, pool_pre_ping=True, hide_parameters=True
+    )
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -49,32 +74,171 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.close()
 
 
-class Sessions(async_sessionmaker[AsyncSession]):
-    """Sessions whose write transactions (`begin()`) take turns within this process on SQLite.
+def _own_sqlite_connection(dbapi_conn: Any, record: Any) -> None:
+    _sqlite_pragmas(dbapi_conn, record)
+    # The sqlite3 module must not open transactions by itself: a read is one autocommit
+    # statement (no snapshot is held between requests), a write says BEGIN IMMEDIATE.
+    dbapi_conn.isolation_level = None
 
-    SQLite has one writer at a time; connections that collide wait in its busy handler, which
-    sleeps in growing steps (up to 100 ms). Queueing writers on an asyncio lock instead keeps
-    the wait as short as the write before it. Readers are unaffected (WAL). PostgreSQL has
-    row locks and needs no such turn-taking.
+
+class _OwnThread:
+    """One thread owning the one connection of a synchronous SQLite engine.
+
+    Every unit of work is queued to it: no pool, no greenlet, one thread hop per unit.
+    """
+
+    def __init__(self, url: URL) -> None:
+        self._engine: Engine = create_sync_engine(
+            url.set(drivername="sqlite"), connect_args={"timeout": 30}, hide_parameters=True
+        )
+        event.listen(self._engine, "connect", _own_sqlite_connection)
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="memory-bridge-sqlite")
+        self._conn: Connection | None = None
+
+    def submit(self, work: Work[T], write: bool) -> asyncio.Future[T]:
+        job = self._write if write else self._read
+        return asyncio.get_running_loop().run_in_executor(self._executor, job, work)
+
+    def _connection(self) -> Connection:
+        if self._conn is None or self._conn.invalidated:
+            self._drop()
+            self._conn = self._engine.connect()
+        return self._conn
+
+    def _read(self, work: Work[T]) -> T:
+        conn = self._connection()
+        try:
+            return work(conn)
+        finally:
+            self._end(conn)
+
+    def _write(self, work: Work[T]) -> T:
+        conn = self._connection()
+        driver: sqlite3.Connection = conn.connection.driver_connection  # type: ignore[assignment]
+        try:
+            # Straight to the driver (SQLAlchemy's own transaction begins with the first
+            # statement); whatever SQLAlchemy does or does not commit, the driver's is ended.
+            driver.execute("BEGIN IMMEDIATE")
+            result = work(conn)
+            conn.commit()
+            if driver.in_transaction:
+                driver.commit()
+        except BaseException:
+            self._end(conn)
+            raise
+        return result
+
+    def _end(self, conn: Connection) -> None:
+        """Roll back whatever is open; a connection that cannot is replaced on next use."""
+        try:
+            conn.rollback()
+            driver: sqlite3.Connection = conn.connection.driver_connection  # type: ignore[assignment]
+            if driver.in_transaction:
+                driver.rollback()
+        except Exception:
+            self._drop()
+
+    def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):  # already broken: nothing more to release
+                conn.close()
+
+    async def close(self) -> None:
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._executor, self._drop)
+        finally:
+            self._executor.shutdown(wait=False)
+            self._engine.dispose()
+
+
+class Database(async_sessionmaker[AsyncSession]):
+    """The process's database: one-call units of work for the hot path, sessions for admin.
+
+    Write units and session write transactions (`begin()`) take turns within this process on
+    SQLite: it has one writer at a time, and connections that collide wait in its busy
+    handler, which sleeps in growing steps (up to 100 ms); an asyncio lock keeps the wait as
+    short as the write before it. Readers are unaffected (WAL). PostgreSQL has row locks and
+    needs no such turn-taking.
     """
 
     def __init__(self, engine: AsyncEngine) -> None:
         super().__init__(engine, expire_on_commit=False)
-        serial = engine.dialect.name == "sqlite"
-        self._write_turn: asyncio.Lock | None = asyncio.Lock() if serial else None
+        self.engine = engine
+        sqlite = engine.dialect.name == "sqlite"
+        self._write_turn: asyncio.Lock | None = asyncio.Lock() if sqlite else None
+        file = sqlite and engine.url.database not in (None, "", ":memory:")
+        self._own: _OwnThread | None = _OwnThread(engine.url) if file else None
+        # A read unit needs no transaction of its own: no BEGIN/ROLLBACK round trips.
+        self._reads = engine.execution_options(isolation_level="AUTOCOMMIT")
+
+    async def run(self, work: Work[T]) -> T:
+        """Run `work(connection)` as one read unit of work and return its result."""
+        if self._own is not None:
+            return await self._own.submit(work, write=False)
+        async with self._reads.connect() as conn:
+            return await conn.run_sync(work)
+
+    async def write(self, work: Work[T]) -> T:
+        """Run `work(connection)` in one write transaction, committed when it returns.
+
+        Once started, the transaction completes even if the caller is cancelled (a turn is
+        not half-lost because its client went away).
+        """
+        done: asyncio.Future[T]
+        if self._own is None:
+            done = asyncio.ensure_future(self._write_async(work))
+        else:
+            assert self._write_turn is not None
+            turn = self._write_turn
+            await turn.acquire()
+            try:
+                done = self._own.submit(work, write=True)
+            except BaseException:
+                turn.release()
+                raise
+            done.add_done_callback(lambda _: turn.release())
+        try:
+            return await asyncio.shield(done)
+        except asyncio.CancelledError:
+            done.add_done_callback(_orphaned)
+            raise
+
+    async def _write_async(self, work: Work[T]) -> T:
+        async with self._turn(), self.engine.begin() as conn:
+            return await conn.run_sync(work)
 
     @asynccontextmanager
     async def begin(self) -> AsyncIterator[AsyncSession]:  # type: ignore[override]
-        if self._write_turn is None:
-            async with super().begin() as session:
-                yield session
-            return
-        async with self._write_turn, super().begin() as session:
+        async with self._turn(), super().begin() as session:
             yield session
 
+    @asynccontextmanager
+    async def _turn(self) -> AsyncIterator[None]:
+        if self._write_turn is None:
+            yield
+            return
+        async with self._write_turn:
+            yield
 
-def session_factory(engine: AsyncEngine) -> Sessions:
-    return Sessions(engine)
+    async def close(self) -> None:
+        """Release the dedicated SQLite thread and its connection (the engine is the caller's)."""
+        if self._own is not None:
+            own, self._own = self._own, None
+            await own.close()
+
+
+def _orphaned(done: asyncio.Future[Any]) -> None:
+    """A write whose caller was cancelled: nobody else will see how it ended."""
+    exc = None if done.cancelled() else done.exception()
+    if exc is not None:
+        log.warning(
+            "a write finished after its caller was cancelled, failed: %s", type(exc).__name__
+        )
+
+
+def session_factory(engine: AsyncEngine) -> Database:
+    return Database(engine)
 
 
 async def create_schema(engine: AsyncEngine) -> None:

@@ -10,11 +10,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, insert, select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy import Connection, delete, insert, select
 
+from memory_bridge.storage.db import Database
 from memory_bridge.storage.tables import events
 from memory_bridge.turn import Scope
+
+_RECORD = insert(events)
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,21 +31,23 @@ class Event:
 
 
 class EventLog:
-    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+    def __init__(self, sessions: Database) -> None:
         self._sessions = sessions
 
     async def record(self, scope: Scope, type_: str, request_id: str, data: dict[str, Any]) -> None:
-        async with self._sessions.begin() as s:
-            await s.execute(
-                insert(events).values(
-                    token_id=scope.token_id,
-                    user_id=scope.user,
-                    session_id=scope.session,
-                    type=type_,
-                    request_id=request_id,
-                    data=json.dumps(data, separators=(",", ":")),
-                )
-            )
+        row = {
+            "token_id": scope.token_id,
+            "user_id": scope.user,
+            "session_id": scope.session,
+            "type": type_,
+            "request_id": request_id,
+            "data": json.dumps(data, separators=(",", ":")),
+        }
+
+        def write(conn: Connection) -> None:
+            conn.execute(_RECORD, row)
+
+        await self._sessions.write(write)
 
     async def list(
         self,

@@ -14,15 +14,18 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, func, insert, select, update
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy import Connection, bindparam, delete, func, insert, select, update
 
+from memory_bridge.storage.db import Database
 from memory_bridge.storage.tables import tokens
 from memory_bridge.tenancy.config import TokenConfig, TokenConfigError, validate_config
 from memory_bridge.tenancy.secrets import ADMIN_PREFIX, digest, digests_match, new_secret
 
 log = logging.getLogger(__name__)
 _CACHE_LIMIT = 10_000
+_AUTHENTICATE = select(tokens.c.id, tokens.c.is_admin, tokens.c.config, tokens.c.secret_hash).where(
+    tokens.c.secret_hash == bindparam("key")
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +47,7 @@ class TokenRecord:
 
 
 class TokenStore:
-    def __init__(self, sessions: async_sessionmaker[AsyncSession], cache_ttl: float) -> None:
+    def __init__(self, sessions: Database, cache_ttl: float) -> None:
         self._sessions = sessions
         self._ttl = cache_ttl
         self._cache: dict[str, tuple[float, Principal]] = {}
@@ -60,14 +63,11 @@ class TokenStore:
         now = time.monotonic()
         if hit is not None and hit[0] > now:
             return hit[1]
-        async with self._sessions() as s:
-            row = (
-                await s.execute(
-                    select(
-                        tokens.c.id, tokens.c.is_admin, tokens.c.config, tokens.c.secret_hash
-                    ).where(tokens.c.secret_hash == key)
-                )
-            ).first()
+
+        def read(conn: Connection) -> Any:
+            return conn.execute(_AUTHENTICATE, {"key": key}).first()
+
+        row = await self._sessions.run(read)
         if row is None or not digests_match(row.secret_hash, key):
             return None
         principal: Principal
