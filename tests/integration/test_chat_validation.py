@@ -155,3 +155,17 @@ def test_valid_edge_shapes_are_accepted(proxy: Proxy, upstream: FakeUpstream) ->
     reply = proxy.chat(token, model=MODEL, messages=messages)
     assert reply.status_code == 200, reply.text
     assert upstream.chat_requests[-1].json["messages"] == messages
+
+
+@pytest.mark.parametrize("method", ["GET", "PUT", "DELETE"])
+def test_other_methods_on_the_chat_path_are_405(
+    rejecting: tuple[Proxy, str], upstream: FakeUpstream, method: str
+) -> None:
+    proxy, token = rejecting
+    reply = httpx.request(
+        method, f"{proxy.url}/v1/chat/completions", headers=auth(token), timeout=30
+    )
+    assert reply.status_code == 405
+    assert reply.headers["allow"] == "POST"
+    assert reply.headers["x-request-id"] == reply.json()["error"]["request_id"]
+    assert upstream.chat_requests == []

@@ -70,9 +70,7 @@ def test_nothing_is_injected_or_stored_and_the_bytes_go_upstream_unchanged(
     assert upstream.memory_requests == []
 
 
-def test_the_upstream_key_replaces_the_service_token(
-    proxy: Proxy, upstream: FakeUpstream
-) -> None:
+def test_the_upstream_key_replaces_the_service_token(proxy: Proxy, upstream: FakeUpstream) -> None:
     _, token = proxy.create_token(**OFF)
     assert proxy.chat(token, model=MODEL, messages=[user("hi")]).status_code == 200
     headers = upstream.chat_requests[-1].headers
