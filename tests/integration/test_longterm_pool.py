@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 from qdrant_client import QdrantClient
+from qdrant_client.local.local_collection import LocalCollection
 
 from memory_bridge.sources import mem0_config
 from memory_bridge.sources.mem0_pool import Mem0Pool, PoolPaths
+from memory_bridge.sources.qdrant_store import FastFilterCollection
 from memory_bridge.tenancy.config import validate_config
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.longterm_support import (
@@ -159,3 +161,50 @@ async def test_pool_used_directly_with_raw_adds_that_carry_metadata(
     await pool.close_all(5)
     with pytest.raises(RuntimeError):
         await pool.search(spec, ns, "anything", 1)
+
+
+async def test_end_users_of_one_token_stay_apart_on_the_fast_filter_path(
+    tmp_path: Path, upstream_server: tuple[FakeUpstream, str]
+) -> None:
+    """One collection per token: the namespace filter keeps end users apart, and the fast
+    path (`qdrant_store.FastFilterCollection`) finds exactly what the generic interpreter of
+    Qdrant's local mode finds, scores included."""
+    pool = Mem0Pool(
+        PoolPaths(tmp_path / "qdrant", "", "", tmp_path / "mem0"),
+        threads=2,
+        embed_timeout=10,
+        llm_timeout=10,
+    )
+    config = validate_config(
+        {"name": "t", "llm_base_url": "http://unused", **memory_fields(upstream_server[1])}
+    )
+    spec = mem0_config.build_spec(1, config, pool.mem0_dir)
+    users = {"": "token", "alice": "alice", "bob smith": "bob"}
+    for user, who in users.items():
+        items = [(f"{who} likes {thing}", {"who": who}) for thing in ("tea", "chess", "jazz")]
+        await pool.add_raw(spec, mem0_config.namespace(1, user), items)
+
+    async def search_all() -> dict[str, list[tuple[str, float | None]]]:
+        out = {}
+        for user in users:
+            found = await pool.search(spec, mem0_config.namespace(1, user), "likes chess", 10)
+            out[user] = [(m.text, m.score) for m in found]
+        return out
+
+    fast = await search_all()
+    for user, who in users.items():
+        assert {text.split()[0] for text, _ in fast[user]} == {who}, fast[user]
+        assert len(fast[user]) == 3
+    token_wide = await pool.search(spec, None, "likes chess", 20)  # every namespace
+    assert len(token_wide) == 9
+
+    client = pool._qdrant()
+    backend = client._client._inner  # type: ignore[attr-defined]
+    collection = backend.collections[spec.collection]
+    assert type(collection) is FastFilterCollection
+    collection.__class__ = LocalCollection  # the interpreter, as qdrant-client ships it
+    try:
+        assert await search_all() == fast
+    finally:
+        collection.__class__ = FastFilterCollection
+    await pool.close_all(5)

@@ -245,7 +245,6 @@ class Upstream:
         return Opened(response)
 
 
-
 def _unavailable(method: str, url: str, exc: BaseException) -> ProxyError:
     # The path only: a query string or userinfo could carry credentials.
     path = url.split("://", 1)[-1].partition("/")[2].partition("?")[0]

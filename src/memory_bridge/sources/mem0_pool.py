@@ -12,6 +12,8 @@ sees `StoredMemory` and plain strings), and every call into it runs on the bound
   Qdrant client is never closed by an instance.
 - One Qdrant client for all instances, opened on first use (local mode loads every collection
   into memory when it opens, so a deployment that never uses long-term memory never pays that).
+- Memory writes (background adds) take at most `threads - 1` threads, so a recall never waits
+  for a thread only because every thread is writing.
 - `mem0` is imported on first use, after `MEM0_TELEMETRY`/`MEM0_DIR` are set (`app.py`).
 - Mem0 logs exception texts that can quote credentials: its log records are scrubbed of the
   secrets of the token being served, and repeated "X not installed" notices are dropped.
@@ -89,6 +91,8 @@ class Mem0Pool:
     ) -> None:
         self._paths = paths
         self._executor = BlockingExecutor(threads)
+        self._threads = threads
+        self._writers: asyncio.Semaphore | None = None
         self._embed_timeout = embed_timeout
         self._llm_timeout = llm_timeout
         self._entries: dict[int, _Entry] = {}
@@ -129,7 +133,7 @@ class Mem0Pool:
             added = memory.add(messages, user_id=namespace, infer=True, prompt=prompt)
             return len(added.get("results", []))
 
-        return await self._call(spec, run)
+        return await self._call(spec, run, write=True)
 
     async def add_raw(
         self, spec: Mem0Spec, namespace: str, items: list[tuple[str, dict[str, str]]]
@@ -147,7 +151,7 @@ class Mem0Pool:
                 )
             return len(items)
 
-        return await self._call(spec, run)
+        return await self._call(spec, run, write=True)
 
     async def get(self, spec: Mem0Spec, memory_id: str) -> StoredMemory | None:
         if not _is_uuid(memory_id):
@@ -298,15 +302,34 @@ class Mem0Pool:
         memory = entry.ready.result()
         self._executor.submit_detached(lambda: _close_memory(memory))
 
-    async def _call(self, spec: Mem0Spec, fn: Callable[[Any], T]) -> T:
+    async def _call(self, spec: Mem0Spec, fn: Callable[[Any], T], *, write: bool = False) -> T:
+        """`write`: a memory write (background work). Writes also take one of `threads - 1`
+        writer slots, so with two or more threads a recall never finds every thread busy
+        writing (many end users' adds at once). Like a thread slot, a writer slot is freed
+        when the thread ends, not when the caller stops waiting."""
         entry = self._entry(spec)
         entry.users += 1
+        writers = self._writer_slots() if write else None
         try:
             memory = await asyncio.shield(entry.ready)
+            if writers is not None:
+                await writers.acquire()
         except BaseException:
             self._release(entry)
             raise
-        return await self._run(spec.secrets, lambda: fn(memory), lambda: self._release(entry))
+
+        def finish() -> None:
+            if writers is not None:
+                writers.release()
+            self._release(entry)
+
+        return await self._run(spec.secrets, lambda: fn(memory), finish)
+
+    def _writer_slots(self) -> asyncio.Semaphore:
+        # Created on first use, inside the running loop that will use it.
+        if self._writers is None:
+            self._writers = asyncio.Semaphore(max(1, self._threads - 1))
+        return self._writers
 
     async def _run(
         self,

@@ -4,20 +4,129 @@ Local mode (`QDRANT_PATH`, the default) allows one client per storage path per p
 that client is not thread-safe: concurrent calls from a thread pool corrupt it (measured:
 `SystemError`, `IndexError`, sqlite "cannot commit - no transaction is active", lost points in
 5 of 5 trials with 8 threads). So in local mode every call that reaches the storage is
-serialised by one lock. Calls are short (a filtered search in a 1,000-point collection takes
-~9 ms), while the slow parts of Mem0 (embedding and LLM calls over HTTP) happen outside it.
-Server mode (`QDRANT_URL`) needs no lock: the HTTP client is thread-safe.
+serialised by one lock. Calls are kept short (at 1,000 points: a filtered search ~1.3 ms, an
+upsert ~0.3 ms; see below), while the slow parts of Mem0 (embedding and LLM calls over HTTP)
+happen outside it. Server mode (`QDRANT_URL`) needs no lock: the HTTP client is thread-safe.
+
+Local mode has no payload index: it evaluates every filter with its generic interpreter,
+point by point (~7-15 µs per point: a JSON-path parse, type dispatch and a few generator
+frames each), on every search, scroll and count. Every filter MemoryBridge and Mem0 send is
+the namespace: `user_id` equals a string (Mem0 may add `agent_id`/`run_id` the same way). Such
+filters get a fast path (`FastFilterCollection`): one dictionary lookup and comparison per
+point, with exactly the local interpreter's semantics (a list value matches when it holds the
+string; any other type never equals a string); every other filter goes to the interpreter
+unchanged. Measured at 1,000 points: the filter from ~7.4 ms to ~0.15 ms, so a filtered search
+costs about what an unfiltered one does (`scripts/bench/longterm_micro.py`). A Qdrant server
+needs none of this: Mem0 creates keyword payload indexes on `user_id`, `agent_id`, `run_id`
+and `actor_id` in every collection it opens there. Every committed point is also written
+through a write-ahead log (`_write_ahead`), so upserts hold the lock for no fsync.
 """
 
 from __future__ import annotations
 
+import logging
+import re
+import sqlite3
 import threading
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from qdrant_client import QdrantClient
+import numpy as np
+from qdrant_client import QdrantClient, models
+from qdrant_client.local.local_collection import LocalCollection
 from qdrant_client.local.qdrant_local import QdrantLocal
+
+log = logging.getLogger(__name__)
+# A key the local JSON-path parser reads as one top-level key (no `.`, `[]`, quotes).
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# Backend calls after which the backend may hold collections not yet adopted.
+_CREATES = frozenset({"create_collection", "recreate_collection"})
+
+
+def string_equalities(payload_filter: models.Filter | None) -> tuple[tuple[str, str], ...] | None:
+    """`((key, value), ...)` when the filter is only `must` conditions, each "top-level key
+    equals this string"; None for any other filter (or none)."""
+    if payload_filter is None or payload_filter.must is None:
+        return None
+    if any(value is not None for name, value in payload_filter if name != "must"):
+        return None
+    must = payload_filter.must
+    conditions = must if isinstance(must, list) else [must]
+    pairs: list[tuple[str, str]] = []
+    for condition in conditions:
+        if type(condition) is not models.FieldCondition:
+            return None
+        if any(value is not None for name, value in condition if name not in ("key", "match")):
+            return None  # range, geo, values_count, is_empty, is_null, or a field added later
+        match = condition.match
+        if type(match) is not models.MatchValue or type(match.value) is not str:
+            return None
+        if not _PLAIN_KEY.match(condition.key):
+            return None
+        pairs.append((condition.key, match.value))
+    return tuple(pairs) if pairs else None
+
+
+def equality_mask(payloads: Sequence[dict[str, Any]], pairs: tuple[tuple[str, str], ...]) -> Any:
+    """Which payloads satisfy every `key == value` pair, as the local interpreter decides it:
+    a string equals the value; a list matches when it holds the value (one level, like the
+    interpreter's flattening); every other type (numbers, dicts, null) never equals a string."""
+    mask: Any = None
+    for key, value in pairs:
+        column = np.fromiter(
+            (
+                (found := payload.get(key)) == value or (type(found) is list and value in found)
+                for payload in payloads
+            ),
+            dtype=bool,
+            count=len(payloads),
+        )
+        mask = column if mask is None else mask & column
+    return mask
+
+
+class FastFilterCollection(LocalCollection):
+    """A local collection whose namespace filters skip the generic per-point interpreter."""
+
+    def _payload_and_non_deleted_mask(
+        self, payload_filter: models.Filter | None, vector_name: str | None = None
+    ) -> Any:
+        pairs = string_equalities(payload_filter)
+        if pairs is None:
+            return super()._payload_and_non_deleted_mask(payload_filter, vector_name)
+        alive = super()._payload_and_non_deleted_mask(None, vector_name)
+        return alive & equality_mask(self.payload, pairs)
+
+
+def _adopt(local: QdrantLocal) -> None:
+    """Give every collection of the backend the fast filter path and a write-ahead log (the
+    backend builds plain `LocalCollection`s when it opens the storage and when a collection is
+    created)."""
+    for collection in local.collections.values():
+        if type(collection) is LocalCollection:
+            collection.__class__ = FastFilterCollection
+            _write_ahead(collection)
+
+
+def _write_ahead(collection: LocalCollection) -> None:
+    """Local mode keeps each collection in its own SQLite file and commits every point on its
+    own, in SQLite's default rollback-journal mode with `synchronous=FULL`: several fsyncs per
+    point, all under the lock every search waits on (measured: upsert p50 2-3 ms, p95 10-15 ms,
+    outliers of 50-190 ms). WAL with `synchronous=NORMAL`, as for MemoryBridge's own database:
+    no fsync per commit (upsert p50 0.27 ms, p95 0.64 ms). A commit survives a crash of the
+    process; a power loss may drop the last writes, never corrupt the file. Best effort: a
+    file that refuses (a filesystem without shared memory) keeps its journal."""
+    persistence = getattr(collection, "storage", None)
+    connection = getattr(persistence, "storage", None)
+    if not isinstance(connection, sqlite3.Connection):
+        return
+    try:
+        connection.execute("PRAGMA journal_mode=WAL")
+        connection.execute("PRAGMA synchronous=NORMAL")
+    except sqlite3.Error as exc:
+        log.warning("Qdrant local storage keeps its rollback journal: %s", exc)
 
 
 class _Serialised:
@@ -26,15 +135,21 @@ class _Serialised:
     def __init__(self, inner: QdrantLocal, lock: threading.RLock) -> None:
         self._inner = inner
         self._lock = lock
+        _adopt(inner)
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._inner, name)
         if not callable(attr):
             return attr
+        creates = name in _CREATES
 
         def call(*args: Any, **kwargs: Any) -> Any:
             with self._lock:
-                return attr(*args, **kwargs)
+                try:
+                    return attr(*args, **kwargs)
+                finally:
+                    if creates:
+                        _adopt(self._inner)
 
         return call
 
