@@ -39,6 +39,7 @@ from typing import Any, Protocol, cast
 from urllib.parse import urlsplit
 
 REQUEST_TIMEOUT = 60.0
+_OVERTIME = 30.0  # seconds a throughput worker may run past its window to complete one request
 SYSTEM_PROMPT = "You are a helpful assistant. Answer briefly."
 USER_PROMPT = "Say hello to the benchmark, please."
 _session_ids = itertools.count(1)
@@ -417,14 +418,18 @@ class LoadGenerator:
             client = self.client(name)
             spans: list[tuple[float, float]] = []
             try:
-                while time.perf_counter() < window[1]:
+                # A worker whose requests outlast the window (a slow target on a busy machine)
+                # goes on until it completes one, rather than counting as zero.
+                while time.perf_counter() < window[1] or (
+                    not spans and time.perf_counter() < window[1] + _OVERTIME
+                ):
                     out = await client.send(False, delay_ms)
                     if not out.ok:
                         errors.append(out.error or "?")
                         if len(errors) > 1000:
                             return
                         await asyncio.sleep(0.01)
-                    elif window[0] <= out.end <= window[1]:
+                    elif window[0] <= out.end and (out.end <= window[1] or not spans):
                         spans.append((out.end - out.total, out.end))
             finally:
                 await client.close()
