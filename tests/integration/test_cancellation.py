@@ -23,11 +23,12 @@ def _assert_nothing_stored(proxy: Proxy, upstream: FakeUpstream, token: str) -> 
     assert last_messages(upstream) == [user("still there?")]
 
 
+@pytest.mark.parametrize("memory", ["curated", "off"])
 @pytest.mark.parametrize("stream", [False, True])
 def test_client_leaving_before_the_response_starts_cancels_the_upstream(
-    proxy: Proxy, upstream: FakeUpstream, stream: bool
+    proxy: Proxy, upstream: FakeUpstream, stream: bool, memory: str
 ) -> None:
-    _, token = proxy.create_token()
+    _, token = proxy.create_token(memory={"mode": memory})
     upstream.enqueue(Scenario(content="too late", delay=LONG))
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(

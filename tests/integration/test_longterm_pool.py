@@ -131,10 +131,8 @@ def test_shutdown_closes_every_instance_and_the_qdrant_client(
         client.close()
 
 
-async def test_pool_used_directly_with_raw_adds_that_carry_metadata(
-    tmp_path: Path, upstream: FakeUpstream, upstream_server: tuple[FakeUpstream, str]
-) -> None:
-    """The pool without the proxy (as a benchmark uses it): raw adds need no LLM."""
+def _direct_pool(tmp_path: Path, upstream_url: str) -> tuple[Mem0Pool, mem0_config.Mem0Spec]:
+    """A pool used without the proxy, and the spec of token 1 with the fake upstream's Mem0."""
     pool = Mem0Pool(
         PoolPaths(tmp_path / "qdrant", "", "", tmp_path / "mem0"),
         threads=2,
@@ -142,9 +140,16 @@ async def test_pool_used_directly_with_raw_adds_that_carry_metadata(
         llm_timeout=10,
     )
     config = validate_config(
-        {"name": "bench", "llm_base_url": "http://unused", **memory_fields(upstream_server[1])}
+        {"name": "t", "llm_base_url": "http://unused", **memory_fields(upstream_url)}
     )
-    spec = mem0_config.build_spec(1, config, pool.mem0_dir)
+    return pool, mem0_config.build_spec(1, config, pool.mem0_dir)
+
+
+async def test_pool_used_directly_with_raw_adds_that_carry_metadata(
+    tmp_path: Path, upstream: FakeUpstream, upstream_server: tuple[FakeUpstream, str]
+) -> None:
+    """The pool without the proxy (as a benchmark uses it): raw adds need no LLM."""
+    pool, spec = _direct_pool(tmp_path, upstream_server[1])
     ns = mem0_config.namespace(1, "conv-26")
     items = [
         ("Caroline went to an LGBTQ support group", {"dia_id": "D1:3"}),
@@ -169,16 +174,7 @@ async def test_end_users_of_one_token_stay_apart_on_the_fast_filter_path(
     """One collection per token: the namespace filter keeps end users apart, and the fast
     path (`qdrant_store.FastFilterCollection`) finds exactly what the generic interpreter of
     Qdrant's local mode finds, scores included."""
-    pool = Mem0Pool(
-        PoolPaths(tmp_path / "qdrant", "", "", tmp_path / "mem0"),
-        threads=2,
-        embed_timeout=10,
-        llm_timeout=10,
-    )
-    config = validate_config(
-        {"name": "t", "llm_base_url": "http://unused", **memory_fields(upstream_server[1])}
-    )
-    spec = mem0_config.build_spec(1, config, pool.mem0_dir)
+    pool, spec = _direct_pool(tmp_path, upstream_server[1])
     users = {"": "token", "alice": "alice", "bob smith": "bob"}
     for user, who in users.items():
         items = [(f"{who} likes {thing}", {"who": who}) for thing in ("tea", "chess", "jazz")]

@@ -210,14 +210,7 @@ class Upstream:
     ) -> Fetched:
         """Send a request and read the whole response; failures before it completes are 502."""
         try:
-            async with self._session.request(
-                method,
-                url,
-                headers=headers,
-                data=content,
-                allow_redirects=False,
-                proxy=self._proxies.for_url(url),
-            ) as response:
+            async with self._send(method, url, headers, content) as response:
                 body = await response.read()
                 return Fetched(response.status, response_headers(response.raw_headers), body)
         except UPSTREAM_ERRORS as exc:
@@ -232,17 +225,21 @@ class Upstream:
         to pass through.
         """
         try:
-            response = await self._session.request(
-                method,
-                url,
-                headers=headers,
-                data=content,
-                allow_redirects=False,
-                proxy=self._proxies.for_url(url),
-            )
+            return Opened(await self._send(method, url, headers, content))
         except UPSTREAM_ERRORS as exc:
             raise _unavailable(method, url, exc) from None
-        return Opened(response)
+
+    def _send(
+        self, method: str, url: str, headers: dict[str, str], content: bytes | None
+    ) -> aiohttp.client._RequestContextManager:
+        return self._session.request(
+            method,
+            url,
+            headers=headers,
+            data=content,
+            allow_redirects=False,
+            proxy=self._proxies.for_url(url),
+        )
 
 
 def _unavailable(method: str, url: str, exc: BaseException) -> ProxyError:
