@@ -16,7 +16,7 @@ import pytest
 
 from tests.support.proxy import REPO
 
-TARGETS = ("direct", "mb-fresh", "mb-history", "mb-memory")
+TARGETS = ("direct", "mb-pass", "mb-fresh", "mb-history", "mb-memory")
 THROUGHPUT_KEYS = ("c16_d0", "c64_d0", "c16_d200", "c64_d200")
 
 
@@ -118,3 +118,36 @@ def test_direct_is_the_baseline(report: dict[str, Any]) -> None:
     assert direct["nonstream"]["added_p50_ms"] == 0.0
     assert direct["stream"]["ratio_ttfb_p50"] == 1.0
     assert all(direct["throughput"][key]["ratio"] == 1.0 for key in THROUGHPUT_KEYS)
+
+
+def test_a_baseline_build_runs_side_by_side_and_targets_can_be_chosen(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "bench.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "scripts" / "bench_proxy.py"),
+            "--quick",
+            "--skip-litellm",
+            "--baseline-src",
+            str(REPO),  # this very tree as the "before": the columns must simply exist
+            "--targets",
+            "mb-pass,base-pass",
+            "--json",
+            str(out),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=900,  # a safety net against a hang, not a performance assertion
+        check=False,
+    )
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr[-4000:]}"
+    data = json.loads(out.read_text())
+    assert list(data["results"]) == ["direct", "mb-pass", "base-pass"]
+    assert data["results"]["base-pass"]["rss"]["process"] == "memorybridge-base"
+    assert data["results"]["mb-pass"]["rss"]["process"] == "memorybridge"
+    assert _positive(data["results"]["base-pass"]["nonstream"]["p50_ms"])
+    assert data["skipped"]["mb-fresh"] == "not selected (--targets)"
+    assert data["meta"]["baseline_src"] == str(REPO)
