@@ -7,15 +7,13 @@ or fast retrieval is: no assertion depends on timing or on a recall level.
 from __future__ import annotations
 
 import importlib.util
-import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.proxy import REPO
+from tests.support.scripts import run_script
 
 LOCOMO = Path(REPO).parent / "shared" / "data" / "locomo"
 FIGURES = ("turn@5", "turn@10", "turn@20", "sess@5", "sess@10", "sess@20")
@@ -33,29 +31,14 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    workdir = tmp_path_factory.mktemp("bench-recall")
-    out = workdir / "recall.json"
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(Path(REPO) / "scripts" / "bench_recall.py"),
-            "--limit-conversations",
-            "1",
-            "--limit-questions",
-            "10",
-            "--json",
-            str(out),
-        ],
-        cwd=workdir,
-        capture_output=True,
-        text=True,
-        timeout=900,  # a safety net against a hang, not a performance assertion
-        check=False,
+    return run_script(
+        "bench_recall.py",
+        "--limit-conversations",
+        "1",
+        "--limit-questions",
+        "10",
+        workdir=tmp_path_factory.mktemp("bench-recall"),
     )
-    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr[-4000:]}"
-    data: dict[str, Any] = json.loads(out.read_text())
-    data["stdout"] = done.stdout
-    return data
 
 
 def _check(summary: dict[str, Any]) -> None:

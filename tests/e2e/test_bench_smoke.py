@@ -6,15 +6,13 @@ anything is: no assertion here depends on timing.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.proxy import REPO
+from tests.support.scripts import run_script
 
 TARGETS = ("direct", "mb-pass", "mb-fresh", "mb-history", "mb-memory")
 THROUGHPUT_KEYS = ("c16_d0", "c64_d0", "c16_d200", "c64_d200")
@@ -22,27 +20,10 @@ THROUGHPUT_KEYS = ("c16_d0", "c64_d0", "c16_d200", "c64_d200")
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    workdir = tmp_path_factory.mktemp("bench")
-    out = workdir / "bench.json"
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "scripts" / "bench_proxy.py"),
-            "--quick",
-            "--skip-litellm",
-            "--json",
-            str(out),
-        ],
-        cwd=workdir,
-        capture_output=True,
-        text=True,
-        timeout=900,  # a safety net against a hang, not a performance assertion
-        check=False,
+    data = run_script(
+        "bench_proxy.py", "--quick", "--skip-litellm", workdir=tmp_path_factory.mktemp("bench")
     )
-    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr[-4000:]}"
-    assert "| measurement |" in done.stdout
-    data: dict[str, Any] = json.loads(Path(out).read_text())
-    data["stdout"] = done.stdout
+    assert "| measurement |" in data["stdout"]
     return data
 
 
@@ -123,28 +104,16 @@ def test_direct_is_the_baseline(report: dict[str, Any]) -> None:
 def test_a_baseline_build_runs_side_by_side_and_targets_can_be_chosen(
     tmp_path: Path,
 ) -> None:
-    out = tmp_path / "bench.json"
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "scripts" / "bench_proxy.py"),
-            "--quick",
-            "--skip-litellm",
-            "--baseline-src",
-            str(REPO),  # this very tree as the "before": the columns must simply exist
-            "--targets",
-            "mb-pass,base-pass",
-            "--json",
-            str(out),
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=900,  # a safety net against a hang, not a performance assertion
-        check=False,
+    data = run_script(
+        "bench_proxy.py",
+        "--quick",
+        "--skip-litellm",
+        "--baseline-src",
+        str(REPO),  # this very tree as the "before": the columns must simply exist
+        "--targets",
+        "mb-pass,base-pass",
+        workdir=tmp_path,
     )
-    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr[-4000:]}"
-    data = json.loads(out.read_text())
     assert list(data["results"]) == ["direct", "mb-pass", "base-pass"]
     assert data["results"]["base-pass"]["rss"]["process"] == "memorybridge-base"
     assert data["results"]["mb-pass"]["rss"]["process"] == "memorybridge"
