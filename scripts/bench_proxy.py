@@ -1013,7 +1013,13 @@ def error_notes(results: dict[str, dict[str, Any]]) -> list[str]:
 
 
 def profile_proxy(
-    gen: LoadGen, target: Target, pid: int, out: Path, seconds: float, logs: Path
+    gen: LoadGen,
+    target: Target,
+    pid: int,
+    out: Path,
+    seconds: float,
+    logs: Path,
+    concurrency: int = 16,
 ) -> str:
     """py-spy on the proxy while the load generator drives `target`; the flame, summarised."""
     found = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
@@ -1030,11 +1036,11 @@ def profile_proxy(
         spy = subprocess.Popen(argv, stdout=spy_log, stderr=subprocess.STDOUT)  # noqa: S603
     try:
         time.sleep(1.0)  # attached before the load starts
-        log(f"profiling {target.name} for {seconds:g} s with py-spy")
+        log(f"profiling {target.name} at c={concurrency} for {seconds:g} s with py-spy")
         reply = gen.call(
             cmd="throughput",
             target=target.name,
-            concurrency=16,
+            concurrency=concurrency,
             delay_ms=0,
             duration=seconds - 1,
             warmup=0.5,
@@ -1086,10 +1092,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--profile",
         type=Path,
-        help="after measuring, profile MemoryBridge with py-spy under load (c=16, no delay) "
+        help="after measuring, profile MemoryBridge with py-spy under load (no delay) "
         "and write the collapsed stacks here (speedscope/flamegraph input)",
     )
     parser.add_argument("--profile-seconds", type=float, default=20.0)
+    parser.add_argument(
+        "--profile-concurrency",
+        type=int,
+        default=16,
+        help="clients driving the load while profiling (1: the latency figures' case)",
+    )
     parser.add_argument(
         "--profile-target",
         default="mb-fresh",
@@ -1245,7 +1257,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             """With long-term memory on, mb-memory's requests queue background writes in the
             process that serves every MemoryBridge column: let them finish before the next
             measurement, so they are not billed to another target."""
-            if background_memory and name == "mb-memory":
+            if background_memory and name in ("mb-memory", "base-memory"):
                 _wait_quiet(f"{upstream}/bench/stats", quiet=1.0, limit=300)
 
         targets = [
@@ -1257,6 +1269,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 children, tmp, upstream, "memorybridge-base", args.baseline_src.resolve() / "src"
             )
             probes["memorybridge-base"] = MemoryProbe(base.proc.pid)
+            if background_memory:  # the baseline's memory column gets the same layers
+                why_not = enable_long_term_memory(
+                    base, upstream, f"{upstream}/bench/stats", args.memories
+                )
+                meta["baseline_with_memory"] = why_not or base.memory_note
             targets += memorybridge_targets(base, "base", "memorybridge-base")
             meta["baseline_src"] = str(args.baseline_src)
         if args.targets:
@@ -1316,11 +1333,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             chosen = next((t for t in targets if t.name == args.profile_target), None)
             if chosen is not None:
                 flame = profile_proxy(
-                    gen, chosen, mb.proc.pid, args.profile, args.profile_seconds, logs
+                    gen,
+                    chosen,
+                    mb.proc.pid,
+                    args.profile,
+                    args.profile_seconds,
+                    logs,
+                    args.profile_concurrency,
                 )
                 meta["profile"] = {
                     "file": str(args.profile),
                     "target": chosen.name,
+                    "concurrency": args.profile_concurrency,
                     "summary": flame,
                 }
         gen.close()
@@ -1354,7 +1378,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         if "profile" in meta:
             prof = meta["profile"]
-            print(f"\nProfile under {prof['target']} ({prof['file']}):\n\n{prof['summary']}")
+            print(
+                f"\nProfile under {prof['target']} at c={prof['concurrency']} ({prof['file']}):"
+                f"\n\n{prof['summary']}"
+            )
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)
             payload = {"meta": meta, "skipped": skipped, "results": results, "table": table}

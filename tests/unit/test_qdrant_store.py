@@ -281,3 +281,141 @@ def test_server_mode_collections_get_keyword_indexes_on_the_namespace_keys() -> 
             for c in client.create_payload_index.call_args_list
         }
         assert {("user_id", "keyword"), ("agent_id", "keyword"), ("run_id", "keyword")} <= indexed
+
+
+# ---- namespace columns kept up to date as the collection changes -------------------------
+
+
+def _random_payload(rng: random.Random) -> dict[str, Any]:
+    payload: dict[str, Any] = {}
+    for key in ("user_id", "agent_id"):
+        choice = rng.randrange(len(_VALUES) + 1)
+        if choice < len(_VALUES):
+            payload[key] = copy.deepcopy(_VALUES[choice])
+    return payload
+
+
+def _change(client: QdrantClient, rng: random.Random, step: int) -> None:
+    """One of the ways a collection's payloads change through the public API."""
+    ids = sorted(int(p.id) for p in client.scroll("c", limit=10_000)[0])[:40]
+    kind = step % 7
+    if kind in (0, 1):  # new points, or points overwritten in place (same id)
+        points = [
+            models.PointStruct(
+                id=rng.choice(ids) if kind else 1000 + step * 10 + i,
+                vector=[rng.uniform(-1, 1) for _ in range(8)],
+                payload=_random_payload(rng),
+            )
+            for i in range(rng.randrange(1, 4))
+        ]
+        client.upsert("c", points=points)
+    elif kind == 2:
+        client.set_payload("c", payload=_random_payload(rng), points=rng.sample(ids, 3))
+    elif kind == 3:
+        client.overwrite_payload("c", payload=_random_payload(rng), points=rng.sample(ids, 3))
+    elif kind == 4:
+        client.delete_payload("c", keys=["user_id"], points=rng.sample(ids, 2))
+    elif kind == 5:
+        client.clear_payload("c", points_selector=models.PointIdsList(points=rng.sample(ids, 2)))
+    else:
+        client.delete("c", points_selector=models.PointIdsList(points=rng.sample(ids, 2)))
+
+
+def test_namespace_columns_follow_every_change_like_the_interpreter(tmp_path: Path) -> None:
+    """Columns are built on the first search and then updated point by point: after every
+    kind of change, every fast filter still selects exactly what the interpreter selects."""
+    ours = open_client(tmp_path / "ours", "", "")
+    plain = QdrantClient(path=str(tmp_path / "plain"))
+    for client in (ours, plain):
+        _fill(client, seed=5)
+    rng = {id(c): random.Random(17) for c in (ours, plain)}
+    try:
+        for step in range(60):
+            for client in (ours, plain):
+                _change(client, rng[id(client)], step)
+            for flt in FAST:
+                counted = [c.count("c", count_filter=flt).count for c in (ours, plain)]
+                scrolled = [
+                    sorted(str(p.id) for p in c.scroll("c", scroll_filter=flt, limit=1000)[0])
+                    for c in (ours, plain)
+                ]
+                assert counted[0] == counted[1] == len(scrolled[0]), (step, flt)
+                assert scrolled[0] == scrolled[1], (step, flt)
+        assert ours.count("c", count_filter=FAST[0]).count > 0
+    finally:
+        ours.close()
+        plain.close()
+
+
+def test_a_search_after_writes_does_not_revisit_every_point(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Mem0 searches before every write and every recall searches: after the first search of
+    a namespace, appends and replacements update its column, nothing rescans the collection."""
+    from memory_bridge.sources import qdrant_store
+
+    scans: list[int] = []
+    original = qdrant_store.equality_mask
+
+    def counting(payloads: Any, pairs: Any) -> Any:
+        scans.append(len(payloads))
+        return original(payloads, pairs)
+
+    monkeypatch.setattr(qdrant_store, "equality_mask", counting)
+    client = open_client(tmp_path / "q", "", "")
+    _fill(client, seed=9)
+    only_t1 = FAST[0]
+    before = client.count("c", count_filter=only_t1).count
+    assert scans == [300]
+    for i in range(20):
+        client.upsert(
+            "c",
+            points=[
+                models.PointStruct(id=500 + i, vector=[1.0] * 8, payload={"user_id": "t1"}),
+                models.PointStruct(id=2 + i, vector=[1.0] * 8, payload={"user_id": "t2"}),
+            ],
+        )
+    after = client.count("c", count_filter=only_t1).count
+    assert scans == [300]  # appends and replacements updated the column: no rescan
+    plain = {int(p.id) for p in client.scroll("c", scroll_filter=only_t1, limit=1000)[0]}
+    assert len(plain) == after and set(range(500, 520)) <= plain and 3 not in plain
+    assert after != before
+    client.count("c", count_filter=FAST[2])  # (user_id, t1) is known; (agent_id, a) is new
+    assert scans == [300, 320]
+    client.close()
+
+
+def test_indexed_payloads_drop_their_columns_on_any_other_list_change() -> None:
+    from memory_bridge.sources.qdrant_store import IndexedPayloads, equality_mask
+
+    def fresh() -> IndexedPayloads:
+        rng = random.Random(3)
+        return IndexedPayloads([_random_payload(rng) for _ in range(40)])
+
+    changes: list[Any] = [
+        lambda p: p.extend([{"user_id": "t1"}]),
+        lambda p: p.insert(0, {"user_id": "t1"}),
+        lambda p: p.pop(0),
+        lambda p: p.remove(p[0]),
+        lambda p: p.clear(),
+        lambda p: p.sort(key=lambda d: str(d)),
+        lambda p: p.reverse(),
+        lambda p: p.__delitem__(0),
+        lambda p: p.__iadd__([{"user_id": "t1"}]),
+        lambda p: p.__imul__(2),
+        lambda p: p.__setitem__(slice(0, 2), [{"user_id": "t1"}]),
+        lambda p: p.__setitem__(-1, {"user_id": "t1"}),
+        lambda p: p.append({"user_id": ["t1"]}),
+    ]
+    for change in changes:
+        payloads = fresh()
+        payloads.column("user_id", "t1")
+        change(payloads)
+        expected = equality_mask(list(payloads), (("user_id", "t1"),))
+        assert list(payloads.column("user_id", "t1")) == list(expected)
+    # Bounded: the least recently used namespace goes first.
+    payloads = fresh()
+    for i in range(IndexedPayloads.MAX_COLUMNS + 5):
+        payloads.column("user_id", f"u{i}")
+    assert len(payloads._columns) == IndexedPayloads.MAX_COLUMNS
+    assert ("user_id", "u0") not in payloads._columns

@@ -16,7 +16,11 @@ filters get a fast path (`FastFilterCollection`): one dictionary lookup and comp
 point, with exactly the local interpreter's semantics (a list value matches when it holds the
 string; any other type never equals a string); every other filter goes to the interpreter
 unchanged. Measured at 1,000 points: the filter from ~7.4 ms to ~0.15 ms, so a filtered search
-costs about what an unfiltered one does (`scripts/bench/longterm_micro.py`). A Qdrant server
+costs about what an unfiltered one does (`scripts/bench/longterm_micro.py`). That lookup still
+visited every point on every search and on every add (Mem0 searches before it writes): 18% of
+the proxy's CPU with every layer on. So each collection's payload list (`IndexedPayloads`)
+keeps the answer per `key == value` pair as a boolean column, built on first use and kept up
+to date point by point as payloads are added or replaced; a search reads the column. A Qdrant server
 needs none of this: Mem0 creates keyword payload indexes on `user_id`, `agent_id`, `run_id`
 and `actor_id` in every collection it opens there. Every committed point is also written
 through a write-ahead log (`_write_ahead`), so upserts hold the lock for no fsync.
@@ -31,7 +35,7 @@ import threading
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 from qdrant_client import QdrantClient, models
@@ -87,6 +91,117 @@ def equality_mask(payloads: Sequence[dict[str, Any]], pairs: tuple[tuple[str, st
     return mask
 
 
+def _matches(payload: dict[str, Any], key: str, value: str) -> bool:
+    found = payload.get(key)
+    return found == value or (type(found) is list and value in found)
+
+
+class _Column:
+    """A growable boolean array: appends are amortised O(1), not a copy of the whole column."""
+
+    __slots__ = ("_buffer", "size")
+
+    def __init__(self, values: Any) -> None:
+        self._buffer = values
+        self.size = len(values)
+
+    def view(self) -> Any:
+        return self._buffer[: self.size]
+
+    def append(self, value: bool) -> None:
+        if self.size == len(self._buffer):
+            grown = np.zeros(max(16, 2 * self.size), dtype=bool)
+            grown[: self.size] = self._buffer[: self.size]
+            self._buffer = grown
+        self._buffer[self.size] = value
+        self.size += 1
+
+    def set(self, index: int, value: bool) -> None:
+        self._buffer[index] = value
+
+
+class IndexedPayloads(list[dict[str, Any]]):
+    """A local collection's payloads (one per point, in storage order) with the answers to
+    namespace filters kept alongside: per `(key, value)` a boolean column, built on first use
+    (one pass, `equality_mask`) and updated as the collection appends or replaces a payload —
+    the only two ways qdrant-client changes the list. Any other change to the list drops every
+    column (rebuilt on the next search), so a column can never describe stale payloads. Not
+    thread-safe by itself: local mode runs every call under the client's lock."""
+
+    MAX_COLUMNS = 256  # namespaces (end users) remembered per collection; least recent go
+
+    def __init__(self, payloads: Sequence[dict[str, Any]] = ()) -> None:
+        super().__init__(payloads)
+        self._columns: dict[tuple[str, str], _Column] = {}
+
+    def column(self, key: str, value: str) -> Any:
+        pair = (key, value)
+        found = self._columns.pop(pair, None)
+        if found is None or found.size != len(self):
+            found = _Column(equality_mask(self, (pair,)))
+            if len(self._columns) >= self.MAX_COLUMNS:
+                del self._columns[next(iter(self._columns))]
+        self._columns[pair] = found  # most recently used last
+        return found.view()
+
+    def append(self, payload: dict[str, Any]) -> None:
+        super().append(payload)
+        for (key, value), column in self._columns.items():
+            column.append(_matches(payload, key, value))
+
+    def __setitem__(self, index: Any, payload: Any) -> None:
+        super().__setitem__(index, payload)
+        if type(index) is not int or not isinstance(payload, dict):
+            self._columns.clear()
+            return
+        position = index % len(self)
+        for (key, value), column in self._columns.items():
+            column.set(position, _matches(payload, key, value))
+
+    def _changed(self) -> None:
+        self._columns.clear()
+
+    def __delitem__(self, index: Any) -> None:
+        self._changed()
+        super().__delitem__(index)
+
+    def __iadd__(self, other: Any) -> Self:  # type: ignore[override,misc]
+        self._changed()
+        return super().__iadd__(other)
+
+    def __imul__(self, count: Any) -> Self:  # type: ignore[misc]
+        self._changed()
+        return super().__imul__(count)
+
+    def extend(self, payloads: Any) -> None:
+        self._changed()
+        super().extend(payloads)
+
+    def insert(self, index: Any, payload: Any) -> None:
+        self._changed()
+        super().insert(index, payload)
+
+    def pop(self, index: Any = -1) -> dict[str, Any]:
+        self._changed()
+        return super().pop(index)
+
+    def remove(self, payload: Any) -> None:
+        self._changed()
+        super().remove(payload)
+
+    def clear(self) -> None:
+        self._changed()
+        super().clear()
+
+    def sort(self, *args: Any, **kwargs: Any) -> None:
+        self._changed()
+        super().sort(*args, **kwargs)
+
+    def reverse(self) -> None:
+        self._changed()
+        super().reverse()
+
+
 class FastFilterCollection(LocalCollection):
     """A local collection whose namespace filters skip the generic per-point interpreter."""
 
@@ -96,17 +211,24 @@ class FastFilterCollection(LocalCollection):
         pairs = string_equalities(payload_filter)
         if pairs is None:
             return super()._payload_and_non_deleted_mask(payload_filter, vector_name)
-        alive = super()._payload_and_non_deleted_mask(None, vector_name)
-        return alive & equality_mask(self.payload, pairs)
+        mask = super()._payload_and_non_deleted_mask(None, vector_name)  # a new array: ours
+        payloads = self.payload
+        if not isinstance(payloads, IndexedPayloads):
+            return mask & equality_mask(payloads, pairs)
+        for key, value in pairs:
+            mask &= payloads.column(key, value)
+        return mask
 
 
 def _adopt(local: QdrantLocal) -> None:
-    """Give every collection of the backend the fast filter path and a write-ahead log (the
+    """Give every collection of the backend the fast filter path (with its indexed payloads)
+    and a write-ahead log (the
     backend builds plain `LocalCollection`s when it opens the storage and when a collection is
     created)."""
     for collection in local.collections.values():
         if type(collection) is LocalCollection:
             collection.__class__ = FastFilterCollection
+            collection.payload = IndexedPayloads(collection.payload)
             _write_ahead(collection)
 
 
