@@ -16,6 +16,7 @@ from memory_bridge.background import BackgroundWork
 from memory_bridge.chat.handler import ChatHandler
 from memory_bridge.chat.upstream import Upstream, create_session
 from memory_bridge.context.template import MemoryTemplate, load_template
+from memory_bridge.heap import freeze_long_lived
 from memory_bridge.http import (
     admin_longterm_routes,
     admin_memory_routes,
@@ -142,6 +143,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.chat = ChatHandler(
             sources, upstream, templates, background, settings.memory_store_timeout
         )
+        # Everything built so far lives as long as the server: out of the collector's way.
+        freeze_long_lived()
         log.info("MemoryBridge ready")
         try:
             yield

@@ -9,7 +9,7 @@ import pytest
 from qdrant_client import QdrantClient
 from qdrant_client.local.local_collection import LocalCollection
 
-from memory_bridge.sources import mem0_config
+from memory_bridge.sources import mem0_config, mem0_pool
 from memory_bridge.sources.mem0_pool import Mem0Pool, PoolPaths
 from memory_bridge.sources.qdrant_store import FastFilterCollection
 from memory_bridge.tenancy.config import validate_config
@@ -35,9 +35,11 @@ def _history_file(run: Running, token_id: int) -> Path:
 
 
 def test_instances_are_lazy_shared_client_and_patch_rebuilds(
-    running: Running, upstream: FakeUpstream
+    running: Running, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     proxy, pool = running.proxy, running.pool
+    freezes: list[int] = []  # the Qdrant client's opening and each build (heap.py)
+    monkeypatch.setattr(mem0_pool, "freeze_long_lived", lambda: freezes.append(pool.built))
     a_id, a = proxy.create_token(name="a", **memory_fields(proxy.upstream_url))
     b_id, b = proxy.create_token(name="b", **memory_fields(proxy.upstream_url))
     assert pool.current(a_id) is None and pool.built == 0  # nothing built before first use
@@ -48,6 +50,7 @@ def test_instances_are_lazy_shared_client_and_patch_rebuilds(
     assert first is not None and pool.current(b_id) is not None
     assert first.vector_store.client is pool.current(b_id).vector_store.client
     built = pool.built
+    assert len(freezes) == 1 + built  # once for the client, once per instance
 
     # Any change to the token drops its instance; the next request builds a new one.
     reply = proxy.admin("PATCH", f"/tokens/{a_id}", json={"memory_limit": 3})

@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 
 from qdrant_client import models
 
+from memory_bridge.heap import freeze_long_lived
 from memory_bridge.sources import mem0_config
 from memory_bridge.sources.blocking import BlockingExecutor
 from memory_bridge.sources.mem0_config import Mem0Spec
@@ -350,6 +351,7 @@ class Mem0Pool:
             if self._client is None:
                 p = self._paths
                 self._client = open_client(p.qdrant_path, p.qdrant_url, p.qdrant_api_key)
+                freeze_long_lived()  # local mode: every stored point is now in memory
                 log.info(
                     "Qdrant %s opened",
                     "server" if p.qdrant_url else f"local mode ({p.qdrant_path})",
@@ -396,6 +398,7 @@ class Mem0Pool:
         except BaseException:
             _close_memory(memory)
             raise
+        freeze_long_lived()  # Mem0, its providers' modules and clients, the instance itself
         log.debug("token %d: Mem0 instance built (%s)", spec.token_id, spec.collection)
         return memory
 
