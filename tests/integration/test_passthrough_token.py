@@ -185,3 +185,33 @@ def test_http_proxy_from_the_environment_is_used_for_the_upstream(
         assert upstream.chat_requests[-1].headers["host"] == "llm.invalid"
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_completed_requests_leave_no_cyclic_garbage_behind(
+    proxy: Proxy, upstream: FakeUpstream, stream: bool
+) -> None:
+    """Each request's disconnect watcher ends by itself once the response is complete: no
+    cancelled task whose traceback ties the request's objects into a cycle that only the
+    (stop-the-world) collector could free."""
+    import gc
+
+    from memory_bridge.http.chat_routes import _DisconnectWatcher
+
+    _, token = proxy.create_token(**OFF)
+    raw = json.dumps({"model": MODEL, "messages": [user("hi")], "stream": stream}).encode()
+    with httpx.Client(timeout=30) as client:  # one kept-alive connection, like an agent's
+        headers = auth(token, **{"content-type": "application/json"})
+        url = f"{proxy.url}/v1/chat/completions"
+        assert client.post(url, content=raw, headers=headers).status_code == 200
+        gc.collect()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            for _ in range(20):
+                assert client.post(url, content=raw, headers=headers).status_code == 200
+            gc.collect()
+            leaked = [o for o in gc.garbage if isinstance(o, _DisconnectWatcher)]
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+    assert leaked == []
