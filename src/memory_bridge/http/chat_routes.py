@@ -32,26 +32,25 @@ class _DisconnectWatcher:
     pending `receive()` with `http.disconnect` as soon as the response is complete or the
     connection is gone, whichever comes first (every path here ends in one of the two: a
     last message sent, a failed send, a server shutdown closing its connections). Cancelling
-    it instead left a reference cycle per
-    request (the CancelledError's traceback holds the watcher's frame, which holds both
-    tasks, the server's request cycle and their frames): ~30 objects of cyclic garbage per
-    request, which the collector then had to find (docs/performance.md).
+    it instead left a reference cycle per request (the CancelledError's traceback holds the
+    watcher's frame, which holds both tasks, the server's request cycle and their frames):
+    ~30 objects of cyclic garbage per request for the collector to find
+    (docs/performance.md).
     """
 
     def __init__(self, receive: Receive, task: asyncio.Task[object]) -> None:
         self.fired = False
         self._stopped = False
         self._receive = receive
-        self._task: asyncio.Task[object] | None = task
+        self._task = task
         self._watch = asyncio.create_task(self._run())
 
     async def _run(self) -> None:
         while (await self._receive())["type"] != "http.disconnect":
             pass
-        if self._task is not None and not self._stopped:
+        if not self._stopped:
             self.fired = True
             self._task.cancel()
-        self._task = None
 
     def stop(self) -> None:
         # Must happen before the last body message: the server reports the end of a complete

@@ -20,10 +20,12 @@ costs about what an unfiltered one does (`scripts/bench/longterm_micro.py`). Tha
 visited every point on every search and on every add (Mem0 searches before it writes): 18% of
 the proxy's CPU with every layer on. So each collection's payload list (`IndexedPayloads`)
 keeps the answer per `key == value` pair as a boolean column, built on first use and kept up
-to date point by point as payloads are added or replaced; a search reads the column. A Qdrant server
-needs none of this: Mem0 creates keyword payload indexes on `user_id`, `agent_id`, `run_id`
-and `actor_id` in every collection it opens there. Every committed point is also written
-through a write-ahead log (`_write_ahead`), so upserts hold the lock for no fsync.
+to date point by point as payloads are added or replaced; a search reads the column.
+
+A Qdrant server needs none of this: Mem0 creates keyword payload indexes on `user_id`,
+`agent_id`, `run_id` and `actor_id` in every collection it opens there. Every committed point
+is also written through a write-ahead log (`_write_ahead`), so upserts hold the lock for no
+fsync.
 """
 
 from __future__ import annotations
@@ -80,10 +82,7 @@ def equality_mask(payloads: Sequence[dict[str, Any]], pairs: tuple[tuple[str, st
     mask: Any = None
     for key, value in pairs:
         column = np.fromiter(
-            (
-                (found := payload.get(key)) == value or (type(found) is list and value in found)
-                for payload in payloads
-            ),
+            (_matches(payload, key, value) for payload in payloads),
             dtype=bool,
             count=len(payloads),
         )
@@ -92,6 +91,7 @@ def equality_mask(payloads: Sequence[dict[str, Any]], pairs: tuple[tuple[str, st
 
 
 def _matches(payload: dict[str, Any], key: str, value: str) -> bool:
+    """One point's answer to `key == value`, as the local interpreter decides it."""
     found = payload.get(key)
     return found == value or (type(found) is list and value in found)
 
@@ -222,9 +222,8 @@ class FastFilterCollection(LocalCollection):
 
 def _adopt(local: QdrantLocal) -> None:
     """Give every collection of the backend the fast filter path (with its indexed payloads)
-    and a write-ahead log (the
-    backend builds plain `LocalCollection`s when it opens the storage and when a collection is
-    created)."""
+    and a write-ahead log (the backend builds plain `LocalCollection`s when it opens the
+    storage and when a collection is created)."""
     for collection in local.collections.values():
         if type(collection) is LocalCollection:
             collection.__class__ = FastFilterCollection
