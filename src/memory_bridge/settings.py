@@ -60,6 +60,21 @@ class Settings(BaseSettings):
     curated_max_bytes: int = Field(default=65536, gt=0)
 
     token_cache_ttl: float = Field(default=5.0, ge=0)
+
+    # Bounds on what a client (or an upstream) can make the proxy hold (docs/configuration.md).
+    max_request_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
+    max_stored_message_bytes: int = Field(default=64 * 1024, gt=0)
+    max_upstream_body_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
+    # A request whose head or body takes longer than these is answered 408 and dropped.
+    header_read_timeout: float = Field(default=10.0, gt=0)
+    body_read_timeout: float = Field(default=30.0, gt=0)
+    # Below this rate (bytes/s, after the first second) a body is too slow to keep reading.
+    min_body_rate: int = Field(default=1024, ge=0)
+    # Requests whose body is being read at once; more wait their turn, then get 503.
+    max_reading_requests: int = Field(default=256, gt=0)
+    # Provider keys in token configs are encrypted with this key (or the key file's).
+    memory_bridge_secret_key: str = ""
+    memory_bridge_secret_key_file: Path | None = None
     background_drain_timeout: float = Field(default=30.0, gt=0)
 
     @cached_property
@@ -78,6 +93,10 @@ class Settings(BaseSettings):
     @cached_property
     def resolved_qdrant_path(self) -> Path:
         return self.qdrant_path or self.memory_bridge_data_dir / "qdrant"
+
+    @cached_property
+    def resolved_secret_key_path(self) -> Path:
+        return self.memory_bridge_secret_key_file or self.memory_bridge_data_dir / "secret.key"
 
     @cached_property
     def mem0_dir(self) -> Path:
