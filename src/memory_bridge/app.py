@@ -141,7 +141,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.upstream = upstream
         app.state.background = background
         app.state.chat = ChatHandler(
-            sources, upstream, templates, background, settings.memory_store_timeout
+            sources,
+            upstream,
+            templates,
+            background,
+            settings.memory_store_timeout,
+            max_upstream_body=settings.max_upstream_body_bytes,
         )
         # Everything built so far lives as long as the server: out of the collector's way.
         freeze_long_lived()

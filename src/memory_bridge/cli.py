@@ -1,4 +1,4 @@
-"""The `memory-bridge` command: init, serve, and admin-token recovery."""
+"""The `memory-bridge` command: init, serve, admin-token recovery, secret-key rotation."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from memory_bridge.settings import Settings
+from memory_bridge.tenancy.private_files import private_dir
 
 cli = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 
@@ -32,10 +33,12 @@ def init(
         Path | None, typer.Option(help="Also write the admin token to this file (mode 0600).")
     ] = None,
 ) -> None:
-    """Create the data directory, the database schema and, once, an admin token."""
+    """Create the data directory (0700), the database schema, the secret key file (0600) and,
+    once, an admin token. Re-running it tightens loose permissions and encrypts provider keys
+    left in clear by older versions."""
     settings = Settings()
     data = _data_dir(settings)
-    data.mkdir(parents=True, exist_ok=True)
+    private_dir(data)
     running = data / SENTINEL_RUNNING
     if running.exists():
         typer.echo("A previous `memory-bridge init` was interrupted; running it again.")
@@ -49,6 +52,9 @@ def init(
         if admin_token_file is not None:
             _write_private(admin_token_file, secret)
     running.replace(data / SENTINEL_DONE)
+    if not settings.memory_bridge_secret_key.strip():
+        key_file = settings.resolved_secret_key_path
+        typer.echo(f"Secret key file: {key_file} (back it up, apart from the database).")
     typer.echo(f"Initialised {data.resolve()}.")
 
 
@@ -65,6 +71,37 @@ def rotate_admin_token(
     typer.echo(f"Admin token: {secret}")
     if admin_token_file is not None:
         _write_private(admin_token_file, secret)
+
+
+@cli.command("rotate-secret-key")
+def rotate_secret_key() -> None:
+    """Re-encrypt every token config's provider keys with a new secret key.
+
+    Stop the server (and workers) first. With the key file, a new key is put first in it,
+    every config is re-encrypted with it, then the old key is removed from the file. With
+    MEMORY_BRIDGE_SECRET_KEY, put a new key first yourself (`new,old`), run this, then remove
+    the old key from the variable.
+    """
+    from memory_bridge.tenancy.encryption import SecretKeyError
+
+    settings = Settings()
+    _check_initialised(settings)
+    from_env = bool(settings.memory_bridge_secret_key.strip())
+    try:
+        done, failed = asyncio.run(_rotate_secret_key(settings))
+    except SecretKeyError as exc:
+        raise _fail(str(exc)) from None
+    typer.echo(f"Re-encrypted the provider keys of {done} token config(s).")
+    if failed:
+        ids = ", ".join(map(str, failed))
+        typer.echo(
+            f"Token(s) {ids}: no key decrypts their stored provider keys; left as they were "
+            "(unusable until their config is replaced with a PATCH)."
+        )
+    if from_env:
+        typer.echo("Now remove every key but the first from MEMORY_BRIDGE_SECRET_KEY.")
+    else:
+        typer.echo(f"The key file {settings.resolved_secret_key_path} holds the new key only.")
 
 
 @cli.command()
@@ -114,17 +151,23 @@ def _check_initialised(settings: Settings) -> None:
 
 
 async def initialise(settings: Settings) -> str | None:
+    """Schema, secret key and (once) the admin token; returns the admin secret if new."""
     from memory_bridge.storage.db import create_engine, create_schema, session_factory
     from memory_bridge.storage.tokens import TokenStore
+    from memory_bridge.tenancy.encryption import load_cipher
 
+    private_dir(_data_dir(settings))
+    cipher = load_cipher(settings.memory_bridge_secret_key, settings.resolved_secret_key_path)
     engine = create_engine(settings.resolved_database_url)
+    db = session_factory(engine)
     try:
         await create_schema(engine)
-        store = TokenStore(session_factory(engine), cache_ttl=0)
+        store = await TokenStore.open(db, 0, cipher)
         if await store.has_admin():
             return None
         return await store.create_admin()
     finally:
+        await db.close()
         await engine.dispose()
 
 
@@ -138,6 +181,28 @@ async def _rotate_admin(settings: Settings) -> str:
         return await TokenStore(session_factory(engine), cache_ttl=0).rotate_admin()
     finally:
         await engine.dispose()
+
+
+async def _rotate_secret_key(settings: Settings) -> tuple[int, tuple[int, ...]]:
+    """Re-encrypt under the new first key; the key file keeps the old key until that is done,
+    so an interruption leaves every row readable (run the command again)."""
+    from memory_bridge.storage.db import create_engine, create_schema, session_factory
+    from memory_bridge.storage.tokens import TokenStore
+    from memory_bridge.tenancy.encryption import add_new_key, load_cipher, retire_old_keys
+
+    env_keys, key_file = settings.memory_bridge_secret_key, settings.resolved_secret_key_path
+    cipher = load_cipher(env_keys, key_file) if env_keys.strip() else add_new_key(key_file)
+    engine = create_engine(settings.resolved_database_url)
+    db = session_factory(engine)
+    try:
+        await create_schema(engine)
+        result = await TokenStore(db, 0, cipher).reseal_configs()
+    finally:
+        await db.close()
+        await engine.dispose()
+    if not env_keys.strip():
+        retire_old_keys(key_file)
+    return result
 
 
 def _write_private(path: Path, secret: str) -> None:

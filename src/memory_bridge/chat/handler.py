@@ -8,11 +8,13 @@ import logging
 import time
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from memory_bridge.background import BackgroundWork
-from memory_bridge.chat.capture import StreamCapture, reply_from_json
-from memory_bridge.chat.upstream import UPSTREAM_ERRORS, Opened, Upstream
+from memory_bridge.chat.capture import DEFAULT_LIMIT, reply_from_json
+from memory_bridge.chat.relay import is_sse, read_bounded, relay_events, stream_headers
+from memory_bridge.chat.upstream import Opened, Upstream
 from memory_bridge.context.assemble import assemble
 from memory_bridge.context.recall import recall_all
 from memory_bridge.context.template import MemoryTemplate
@@ -24,7 +26,6 @@ from memory_bridge.turn import DEFAULT_SESSION, TOKEN_WIDE_USER, Reply, Scope, T
 
 log = logging.getLogger(__name__)
 _MAX_ID = 200
-_SSE = "text/event-stream"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,12 +61,16 @@ class ChatHandler:
         templates: Mapping[str, MemoryTemplate],
         background: BackgroundWork,
         store_timeout: float,
+        *,
+        max_upstream_body: int = DEFAULT_LIMIT,
     ) -> None:
         self._sources = sources
         self._upstream = upstream
         self._templates = templates
         self._background = background
         self._store_timeout = store_timeout
+        # The most of an upstream answer held to parse it; larger ones are relayed unparsed.
+        self._max_body = max_upstream_body
         self._inline: set[asyncio.Task[None]] = set()
 
     async def handle(self, req: ChatRequest) -> Outgoing:
@@ -79,11 +84,11 @@ class ChatHandler:
         if config.memory_config.passthrough:
             # No layer to feed or fill: the client's bytes go upstream, nothing is captured.
             diagnostics = _diagnostics([], req.started)
-            if streaming:
-                opened = await self._upstream.open("POST", config.chat_url(), headers, req.body)
-                return _relay_plain(opened, diagnostics)
-            fetched = await self._upstream.fetch("POST", config.chat_url(), headers, req.body)
-            return Outgoing(fetched.status, [*fetched.headers, *diagnostics], fetched.content)
+            opened = await self._upstream.open("POST", config.chat_url(), headers, req.body)
+            if streaming and is_sse(opened):
+                stream = relay_events(opened, self._max_body)
+                return Outgoing(opened.status, stream_headers(opened, diagnostics), stream=stream)
+            return _whole(opened, diagnostics, await read_bounded(opened, self._max_body))
         try:
             messages = parse_messages(body.get("messages"))
         except MessageError as exc:
@@ -101,44 +106,22 @@ class ChatHandler:
         if forwarded is not None:
             payload = json.dumps({**body, "messages": forwarded}, ensure_ascii=False).encode()
         diagnostics = _diagnostics(recalls, req.started)
-        if streaming:
-            opened = await self._upstream.open("POST", config.chat_url(), headers, payload)
-            if not opened.ok or not opened.content_type.startswith(_SSE):
-                return await _read_whole(opened, diagnostics)
-            stream = self._relay(turn, recalls, opened)
-            return Outgoing(opened.status, _stream_headers(opened, diagnostics), stream=stream)
-        fetched = await self._upstream.fetch("POST", config.chat_url(), headers, payload)
-        if fetched.ok:
-            reply = reply_from_json(fetched.content)
-            if reply is not None:
-                await self._remember(turn, recalls, reply)
-        return Outgoing(fetched.status, [*fetched.headers, *diagnostics], fetched.content)
-
-    async def _relay(
-        self, turn: Turn, recalls: list[Recall], upstream: Opened
-    ) -> AsyncGenerator[bytes, None]:
-        """Pass the upstream's bytes on as they come, parsing a copy on the side."""
-        capture = StreamCapture()
-        remembered = False
-        try:
-            async for chunk in upstream.chunks():
-                if capture.feed(chunk):
-                    # Stored before the client sees [DONE]: its next request sees this turn.
-                    remembered = True
-                    reply = capture.finish()
-                    if reply is not None:
-                        await self._remember(turn, recalls, reply)
-                yield chunk
-        except UPSTREAM_ERRORS as exc:
-            log.warning("upstream stream broke off: %s", type(exc).__name__)
-            yield _stream_error(exc, capture.has_partial_line)
-            return
-        finally:
-            upstream.close()
-        if not remembered:
-            reply = capture.finish()
-            if reply is not None:
-                await self._remember(turn, recalls, reply)
+        opened = await self._upstream.open("POST", config.chat_url(), headers, payload)
+        if streaming and opened.ok and is_sse(opened):
+            stream = relay_events(opened, self._max_body, partial(self._remember, turn, recalls))
+            return Outgoing(opened.status, stream_headers(opened, diagnostics), stream=stream)
+        # An error, a JSON reply, or a non-SSE answer to a streaming request (not stored).
+        answer = await read_bounded(opened, self._max_body)
+        if opened.ok and not streaming:
+            if isinstance(answer, bytes):
+                reply = reply_from_json(answer)
+                if reply is not None:
+                    await self._remember(turn, recalls, reply)
+            else:
+                log.warning(
+                    "upstream reply larger than %d bytes: relayed, turn not stored", self._max_body
+                )
+        return _whole(opened, diagnostics, answer)
 
     async def _remember(self, turn: Turn, recalls: list[Recall], reply: Reply) -> None:
         prefix = max((r.stored_prefix for r in recalls), default=0)
@@ -171,45 +154,16 @@ class ChatHandler:
                     log.error("storing the turn in %s failed: %s", source.name, type(exc).__name__)
 
 
-def _stream_headers(
-    opened: Opened, diagnostics: list[tuple[bytes, bytes]]
-) -> list[tuple[bytes, bytes]]:
-    # Tells buffering reverse proxies (nginx) in front of us to pass events on at once.
-    return [*opened.headers, (b"x-accel-buffering", b"no"), *diagnostics]
-
-
-async def _read_whole(opened: Opened, diagnostics: list[tuple[bytes, bytes]]) -> Outgoing:
-    """An upstream error (or a non-SSE answer) to a streaming request: passed on whole."""
-    try:
-        content = await opened.read()
-    finally:
-        opened.close()
-    return Outgoing(opened.status, [*opened.headers, *diagnostics], content)
-
-
-def _relay_plain(opened: Opened, diagnostics: list[tuple[bytes, bytes]]) -> Outgoing:
-    """A passthrough token's stream (or anything else the upstream answers): bytes only."""
-
-    async def relay() -> AsyncGenerator[bytes, None]:
-        try:
-            async for chunk in opened.chunks():
-                yield chunk
-        except UPSTREAM_ERRORS as exc:
-            log.warning("upstream stream broke off: %s", type(exc).__name__)
-            if opened.content_type.startswith(_SSE):
-                yield _stream_error(exc, mid_line=True)
-        finally:
-            opened.close()
-
-    headers = (
-        _stream_headers(opened, diagnostics)
-        if opened.content_type.startswith(_SSE)
-        else [
-            *opened.headers,
-            *diagnostics,
-        ]
-    )
-    return Outgoing(opened.status, headers, stream=relay())
+def _whole(
+    opened: Opened,
+    diagnostics: list[tuple[bytes, bytes]],
+    body: bytes | AsyncGenerator[bytes, None],
+) -> Outgoing:
+    """A response that is not an event stream: one body, or one too large to hold, streamed."""
+    headers = [*opened.headers, *diagnostics]
+    if isinstance(body, bytes):
+        return Outgoing(opened.status, headers, body)
+    return Outgoing(opened.status, headers, stream=body)
 
 
 def _parse_body(raw: bytes) -> dict[str, Any]:
@@ -242,16 +196,3 @@ def _diagnostics(recalls: list[Recall], started: float) -> list[tuple[bytes, byt
         (b"x-memorybridge-overhead-ms", f"{overhead:.2f}".encode()),
         (b"x-memorybridge-injected", injected.encode()),
     ]
-
-
-def _stream_error(exc: Exception, mid_line: bool) -> bytes:
-    error = {
-        "error": {
-            "message": f"The upstream stream broke off ({type(exc).__name__}).",
-            "type": "upstream_stream_error",
-            "code": None,
-        }
-    }
-    # A partial line from the upstream must be terminated, or our event would merge into it.
-    lead = b"\n\n" if mid_line else b""
-    return lead + b"data: " + json.dumps(error).encode() + b"\n\ndata: [DONE]\n\n"

@@ -32,6 +32,7 @@ from sqlalchemy.ext.asyncio import (
 )
 
 from memory_bridge.storage.tables import metadata
+from memory_bridge.tenancy.private_files import private_dir, private_file, tighten
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -46,7 +47,7 @@ def create_engine(url: str) -> AsyncEngine:
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
-            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+            _private_sqlite_file(Path(parsed.database))
         # Each aiosqlite connection is a thread: keep a fixed set rather than opening and
         # closing overflow connections (and threads) under load.
         engine = create_async_engine(
@@ -62,6 +63,23 @@ def create_engine(url: str) -> AsyncEngine:
     return create_async_engine(
         url, pool_size=10, max_overflow=20, pool_pre_ping=True, hide_parameters=True
     )
+
+
+def _private_sqlite_file(path: Path) -> None:
+    """The database file (and its journal side files) readable by its owner only.
+
+    The file is made before SQLite opens it (an empty file is an empty database), so it is
+    0600 from the start; SQLite gives the -wal/-shm/-journal files it creates the mode of the
+    database file. Looser ones left by older versions are tightened.
+    """
+    if not path.parent.exists():
+        private_dir(path.parent)  # an existing directory may be shared: the operator's choice
+    private_file(path)
+    for suffix in _SIDE_FILES:
+        tighten(path.with_name(path.name + suffix))
+
+
+_SIDE_FILES = ("-wal", "-shm", "-journal")
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:

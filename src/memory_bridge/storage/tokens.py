@@ -1,7 +1,10 @@
 """Service and admin tokens in the database, with a short in-process cache for auth.
 
-Only a digest of each secret is stored. A row whose config no longer validates makes that
-token unusable (auth answers "unknown") rather than crashing anything.
+Only a digest of each secret is stored. The provider keys inside a config are encrypted here,
+at the store's boundary (`_dump` / `_load_config`), with the cipher the store is given: the
+rest of the process only ever sees plain `TokenConfig`s, the database only sealed secrets.
+A row whose config no longer validates, or whose secrets the current key cannot decrypt,
+makes that token unusable (auth answers "unknown") rather than crashing anything.
 """
 
 from __future__ import annotations
@@ -15,10 +18,12 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, delete, func, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from memory_bridge.storage.db import Database
 from memory_bridge.storage.tables import tokens
 from memory_bridge.tenancy.config import TokenConfig, TokenConfigError, validate_config
+from memory_bridge.tenancy.encryption import SecretCipher, UndecryptableSecret
 from memory_bridge.tenancy.secrets import ADMIN_PREFIX, digest, digests_match, new_secret
 
 log = logging.getLogger(__name__)
@@ -47,11 +52,23 @@ class TokenRecord:
 
 
 class TokenStore:
-    def __init__(self, sessions: Database, cache_ttl: float) -> None:
+    def __init__(
+        self, sessions: Database, cache_ttl: float, cipher: SecretCipher | None = None
+    ) -> None:
+        """Without a cipher, a key that lives as long as this store: nothing is ever stored in
+        clear, and nothing it stored can be read after a restart (fine for tests only)."""
         self._sessions = sessions
         self._ttl = cache_ttl
+        self._cipher = cipher or SecretCipher.ephemeral()
         self._cache: dict[str, tuple[float, Principal]] = {}
         self._listeners: list[Callable[[int], None]] = []
+
+    @classmethod
+    async def open(cls, sessions: Database, cache_ttl: float, cipher: SecretCipher) -> TokenStore:
+        """The store, once rows written in clear by older versions are encrypted."""
+        store = cls(sessions, cache_ttl, cipher)
+        await store.seal_clear_configs()
+        return store
 
     def on_change(self, listener: Callable[[int], None]) -> None:
         """Call `listener(token_id)` whenever a token's config or secret changes or it goes."""
@@ -74,9 +91,9 @@ class TokenStore:
         if row.is_admin:
             principal = Principal(row.id, True, None)
         else:
-            config, error = _load_config(row.config)
+            config, error = _load_config(row.config, self._cipher)
             if config is None:
-                log.warning("token %d is unusable: stored config is invalid (%s)", row.id, error)
+                log.warning("token %d is unusable: %s", row.id, error)
                 return None
             principal = Principal(row.id, False, config)
         if len(self._cache) >= _CACHE_LIMIT:
@@ -123,7 +140,7 @@ class TokenStore:
                     name=config.name,
                     is_admin=False,
                     secret_hash=digest(secret),
-                    config=_dump(config),
+                    config=_dump(config, self._cipher),
                 )
                 .returning(tokens.c.id)
             )
@@ -139,7 +156,7 @@ class TokenStore:
                     select(tokens).where(tokens.c.id == token_id, tokens.c.is_admin.is_(False))
                 )
             ).first()
-        return None if row is None else _record(row)
+        return None if row is None else _record(row, self._cipher)
 
     async def list(self) -> list[TokenRecord]:
         async with self._sessions() as s:
@@ -148,14 +165,14 @@ class TokenStore:
                     select(tokens).where(tokens.c.is_admin.is_(False)).order_by(tokens.c.id)
                 )
             ).all()
-        return [_record(r) for r in rows]
+        return [_record(r, self._cipher) for r in rows]
 
     async def update(self, token_id: int, config: TokenConfig) -> TokenRecord | None:
         async with self._sessions.begin() as s:
             result = await s.execute(
                 update(tokens)
                 .where(tokens.c.id == token_id, tokens.c.is_admin.is_(False))
-                .values(name=config.name, config=_dump(config), updated_at=func.now())
+                .values(name=config.name, config=_dump(config, self._cipher), updated_at=func.now())
             )
         if not result.rowcount:  # type: ignore[attr-defined]
             return None
@@ -185,6 +202,44 @@ class TokenStore:
         self._changed(token_id)
         return True
 
+    async def seal_clear_configs(self) -> int:
+        """Encrypt the secrets rows from older versions hold in clear; return how many rows.
+
+        Rows the current key cannot decrypt are named in the log (they stay unusable until
+        the right key is configured); nothing else about them changes.
+        """
+        changed = 0
+        async with self._sessions.begin() as s:
+            for token_id, data in await _stored_configs(s):
+                sealed = self._cipher.seal_clear(data)
+                if sealed != data:
+                    await _store_config(s, token_id, sealed)
+                    changed += 1
+                try:
+                    self._cipher.open(sealed)
+                except UndecryptableSecret as exc:
+                    log.error("token %d is unusable: %s", token_id, _undecryptable(exc))
+        if changed:
+            log.warning(
+                "encrypted the provider keys stored in clear in %d token config(s)", changed
+            )
+        return changed
+
+    async def reseal_configs(self) -> tuple[int, tuple[int, ...]]:
+        """Re-encrypt every config's secrets with the first key (key rotation), in one
+        transaction; return how many rows were rewritten and the ids none of the keys opens."""
+        done = 0
+        failed: tuple[int, ...] = ()
+        async with self._sessions.begin() as s:
+            for token_id, data in await _stored_configs(s):
+                try:
+                    await _store_config(s, token_id, self._cipher.reseal(data))
+                    done += 1
+                except UndecryptableSecret:
+                    failed += (token_id,)
+        self._cache.clear()
+        return done, failed
+
     def _changed(self, token_id: int) -> None:
         for key, (_, principal) in list(self._cache.items()):
             if principal.token_id == token_id:
@@ -193,20 +248,52 @@ class TokenStore:
             listener(token_id)
 
 
-def _dump(config: TokenConfig) -> str:
-    return json.dumps(config.model_dump(exclude_none=True), separators=(",", ":"))
+async def _stored_configs(s: AsyncSession) -> list[tuple[int, Any]]:
+    """Every service token's stored config as parsed JSON (unparseable ones are skipped)."""
+    rows = await s.execute(
+        select(tokens.c.id, tokens.c.config).where(
+            tokens.c.is_admin.is_(False), tokens.c.config.is_not(None)
+        )
+    )
+    out: list[tuple[int, Any]] = []
+    for token_id, raw in rows:
+        try:
+            out.append((token_id, json.loads(raw)))
+        except ValueError:
+            continue  # already unusable, and reported as such: nothing to encrypt in it
+    return out
 
 
-def _load_config(raw: str | None) -> tuple[TokenConfig | None, str | None]:
+async def _store_config(s: AsyncSession, token_id: int, data: Any) -> None:
+    # updated_at is left alone: the configuration did not change, only its encryption.
+    await s.execute(update(tokens).where(tokens.c.id == token_id).values(config=_json(data)))
+
+
+def _json(data: Any) -> str:
+    return json.dumps(data, separators=(",", ":"))
+
+
+def _dump(config: TokenConfig, cipher: SecretCipher) -> str:
+    return _json(cipher.seal(config.model_dump(exclude_none=True)))
+
+
+def _load_config(raw: str | None, cipher: SecretCipher) -> tuple[TokenConfig | None, str | None]:
     try:
-        return validate_config(json.loads(raw or "null")), None
+        return validate_config(cipher.open(json.loads(raw or "null"))), None
+    except UndecryptableSecret as exc:
+        return None, _undecryptable(exc)
     except (TokenConfigError, ValueError) as exc:
         field = exc.field if isinstance(exc, TokenConfigError) else "config"
         return None, f"invalid field {field}"
 
 
-def _record(row: Any) -> TokenRecord:
-    config, error = _load_config(row.config)
+def _undecryptable(exc: UndecryptableSecret) -> str:
+    # The token's id goes with it in every log line; the value never does.
+    return f"its stored provider keys {exc} (MEMORY_BRIDGE_SECRET_KEY or the key file)"
+
+
+def _record(row: Any, cipher: SecretCipher) -> TokenRecord:
+    config, error = _load_config(row.config, cipher)
     return TokenRecord(
         id=row.id,
         name=row.name,

@@ -6,9 +6,10 @@ JSON object, or an unknown field is an error naming the field; nothing is guesse
 
 from __future__ import annotations
 
+import re
 from functools import cached_property
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import (
     BaseModel,
@@ -35,6 +36,14 @@ JsonObject = dict[str, Any]
 # neither key nor URL; they mean nothing while the layer is off), except that the `openai`
 # provider without a base URL means api.openai.com and needs a key.
 MEMORY_REQUIRED = ("memory_llm_provider", "embed_provider", "embed_dims")
+
+# Query parameters that carry a credential (`?key=`, `?api_key=`, `?access_token=`, `?sig=`,
+# `?X-Amz-Signature=`...). Other parameters (Azure's `api-version`) are fine.
+_CREDENTIAL_PARAM = re.compile(
+    r"(^|[-_.])(api-?key|key|token|secret|password|passwd|pwd|sig|signature|auth|"
+    r"authorization|credentials?)$|^(apikey|accesstoken|code)$",
+    re.IGNORECASE,
+)
 
 
 class TokenConfig(BaseModel):
@@ -84,6 +93,17 @@ class TokenConfig(BaseModel):
         parts = urlsplit(value)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ValueError("must be an http(s) URL")
+        # A credential in the URL would be stored and shown unmasked: keys have fields of
+        # their own (encrypted at rest, masked in responses). The message never quotes it.
+        if "@" in parts.netloc:
+            raise ValueError(
+                "must not contain credentials (user:password@); use the *_api_key field"
+            )
+        for name, _ in parse_qsl(parts.query, keep_blank_values=True):
+            if _CREDENTIAL_PARAM.search(name):
+                raise ValueError(
+                    "must not carry a credential in its query; use the *_api_key field"
+                )
         return value.rstrip("/")
 
     @field_validator("memory")

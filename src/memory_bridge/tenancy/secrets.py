@@ -18,6 +18,11 @@ ADMIN_PREFIX = "mb-admin-"
 _SECRET_KEY = re.compile(r"(key|secret|password|passwd|authorization)$|^token$", re.IGNORECASE)
 
 
+def is_secret_key(name: object) -> bool:
+    """Whether a config key names a secret (`*key`, `*secret`, `*password`, `token`, ...)."""
+    return _SECRET_KEY.search(str(name)) is not None
+
+
 def new_secret(prefix: str = SERVICE_PREFIX) -> str:
     return prefix + secrets.token_urlsafe(32)
 
