@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import gzip
 import hashlib
 import json
 import logging
@@ -134,6 +135,12 @@ class Scenario:
       ``FakeUpstream.sent_bytes`` gets each streamed body as planned before sending: the
       whole body, or the first N pieces with ``disconnect_after_chunks`` (a client that hangs
       up early simply receives less).
+
+    Non-streaming shaping (``FakeUpstream.sent_bytes`` gets the JSON body as planned, as above)
+      ``chunked_json``: send the JSON body without Content-Length (chunked), cut into
+      ``chunk_size`` pieces (one piece by default); ``disconnect_after_chunks`` breaks it off.
+      ``gzip_json``: send the JSON body gzip-compressed (Content-Encoding: gzip), with the
+      compressed length as Content-Length.
     """
 
     content: str | Sequence[str] | None = None
@@ -151,6 +158,8 @@ class Scenario:
     disconnect_after_chunks: int | None = None
     omit_done: bool = False
     raw_sse: bytes | None = None
+    chunked_json: bool = False
+    gzip_json: bool = False
 
 
 class SimulatedDisconnect(Exception):
@@ -486,6 +495,8 @@ class FakeUpstream:
 
         if not payload.get("stream"):
             completion = self._completion(scenario, payload, completion_id, model)
+            if scenario.chunked_json or scenario.gzip_json:
+                return self._shaped_json(completion, scenario, headers)
             return JSONResponse(completion, headers=headers)
 
         if scenario.raw_sse is not None:
@@ -506,6 +517,25 @@ class FakeUpstream:
         )
 
     # ---- response building ---------------------------------------------------------
+
+    def _shaped_json(
+        self, completion: dict[str, Any], scenario: Scenario, headers: dict[str, str]
+    ) -> Response:
+        body = json.dumps(completion, separators=(",", ":"), ensure_ascii=False).encode()
+        if scenario.gzip_json:
+            self.sent_bytes.append(body)
+            compressed = gzip.compress(body)
+            headers = {**headers, "content-encoding": "gzip"}
+            return Response(compressed, headers=headers, media_type="application/json")
+        size = scenario.chunk_size or len(body)
+        pieces = [body[i : i + size] for i in range(0, len(body), size)]
+        self.sent_bytes.append(b"".join(pieces[: scenario.disconnect_after_chunks]))
+        return _TrackedStream(
+            self._send_pieces(pieces, scenario),
+            on_abandon=self._mark_cancelled,
+            headers=headers,
+            media_type="application/json",
+        )
 
     async def _send_pieces(self, pieces: list[bytes], scenario: Scenario) -> AsyncIterator[bytes]:
         abort_after = scenario.disconnect_after_chunks

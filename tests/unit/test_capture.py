@@ -47,9 +47,10 @@ def call_frag(index: int | None = None, **fields: Any) -> dict[str, Any]:
     return frag
 
 
-def capture(*chunks: bytes) -> tuple[StreamCapture, Reply | None]:
+def capture(*chunks: bytes, end: bytes = DONE) -> tuple[StreamCapture, Reply | None]:
+    """Feed the reads, then `end` (by default `[DONE]`, so the stream counts as complete)."""
     cap = StreamCapture()
-    for c in chunks:
+    for c in (*chunks, end):
         cap.feed(c)
     return cap, cap.finish()
 
@@ -363,14 +364,40 @@ def test_events_after_done_are_ignored() -> None:
 
 
 def test_stream_without_done_still_yields_a_reply() -> None:
-    cap, reply = capture(chunk({"content": "partial"}), chunk({}, finish_reason="stop"))
+    cap, reply = capture(chunk({"content": "partial"}), chunk({}, finish_reason="stop"), end=b"")
     assert reply == Reply(content="partial", finish_reason="stop")
     assert not cap.done
+    assert cap.complete
+
+
+def test_done_without_finish_reason_yields_a_reply() -> None:
+    cap, reply = capture(chunk({"content": "whole"}))
+    assert reply == Reply(content="whole")
+    assert cap.complete
+
+
+@pytest.mark.parametrize(
+    "stream",
+    [
+        chunk({"content": "cut off"}),
+        chunk({"content": "cut off"}) + b'data: {"choices": [{"index": 0, "delta": {"cont',
+        # a finish_reason of another choice says nothing about choice 0
+        chunk({"content": "cut off"}) + chunk({}, finish_reason="stop", index=1),
+        chunk({"content": "cut off"}) + b"data: [DONE",
+    ],
+)
+def test_truncated_stream_is_no_reply(stream: bytes) -> None:
+    cap, reply = capture(stream, end=b"")
+    assert reply is None
+    assert not cap.complete
 
 
 def test_last_event_without_blank_line_is_captured_at_finish() -> None:
-    cap, reply = capture(b'data: {"choices": [{"index": 0, "delta": {"content": "x"}}]}')
-    assert reply == Reply(content="x")
+    cap, reply = capture(
+        b'data: {"choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": "stop"}]}',
+        end=b"",
+    )
+    assert reply == Reply(content="x", finish_reason="stop")
     assert not cap.done
 
 
@@ -384,8 +411,12 @@ def test_unterminated_done_counts_at_finish() -> None:
 
 
 def test_truncated_final_line_is_ignored() -> None:
-    _, reply = capture(chunk({"content": "kept"}), b'data: {"choices": [{"delta": {"content": "lo')
-    assert reply == Reply(content="kept")
+    _, reply = capture(
+        chunk({"content": "kept"}, finish_reason="stop"),
+        b'data: {"choices": [{"delta": {"content": "lo',
+        end=b"",
+    )
+    assert reply == Reply(content="kept", finish_reason="stop")
 
 
 @pytest.mark.parametrize(
@@ -684,3 +715,26 @@ JSON = st.recursive(
 def test_json_reply_never_raises_on_odd_shapes(choice: dict[str, Any], usage: Any) -> None:
     reply = reply_from_json(json.dumps({"choices": [choice], "usage": usage}).encode())
     assert reply is None or reply.content is not None or reply.tool_calls
+
+
+# --- the capture limit -----------------------------------------------------------------------
+
+
+def test_capture_stops_past_its_limit_and_has_no_reply() -> None:
+    first = chunk({"content": "a" * 50})
+    cap = StreamCapture(limit=len(first) + 10)
+    assert cap.feed(first) is False
+    assert not cap.overflowed
+    assert cap.feed(chunk({"content": "b" * 50})) is False
+    assert cap.overflowed
+    # Past the limit not even [DONE] counts: the turn is not stored.
+    assert cap.feed(DONE) is False
+    assert cap.finish() is None
+
+
+def test_capture_up_to_its_limit_exactly_is_kept() -> None:
+    stream = chunk({"content": "fits"}) + DONE
+    cap = StreamCapture(limit=len(stream))
+    assert cap.feed(stream) is True
+    assert cap.finish() == Reply(content="fits")
+    assert not cap.overflowed

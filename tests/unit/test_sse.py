@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory_bridge.chat.sse import SSEEvent, SSEParser
+from memory_bridge.chat.sse import EventBuffer, SSEEvent, SSEParser
 
 
 def parse(*chunks: bytes, close: bool = True) -> list[SSEEvent]:
@@ -331,3 +331,140 @@ def test_arbitrary_bytes_never_raise_and_splitting_never_matters(
 ) -> None:
     cuts = data.draw(st.lists(st.integers(0, len(raw)), max_size=8))
     assert parse(*split_at(raw, cuts)) == parse(raw)
+
+
+# --- EventBuffer: the relay forwards whole events only ----------------------------------------
+
+BIG = 1 << 30
+
+
+def cut(*chunks: bytes, limit: int = BIG) -> list[bytes]:
+    """What EventBuffer hands on for each read, then what `close` leaves."""
+    buffer = EventBuffer(limit)
+    return [buffer.feed(chunk) for chunk in chunks] + [buffer.close()]
+
+
+def test_a_read_of_whole_events_is_handed_on_as_it_is() -> None:
+    buffer = EventBuffer(BIG)
+    chunk = b"data: a\n\ndata: b\n\n"
+    assert buffer.feed(chunk) is chunk  # the hot path: no copy
+    assert buffer.close() == b""
+
+
+@pytest.mark.parametrize(
+    "boundary", [b"\n\n", b"\r\n\r\n", b"\r\r", b"\n\r\n", b"\r\n\n", b"\r\r\n", b"\n\r"]
+)
+def test_every_blank_line_style_ends_an_event(boundary: bytes) -> None:
+    assert cut(b"data: a" + boundary + b"data: b") == [b"data: a" + boundary, b"data: b"]
+
+
+def test_the_start_of_an_event_is_held_until_its_blank_line() -> None:
+    assert cut(b"data: a\n\ndata: {", b'"x": 1}\n', b"\n", b"data: c") == [
+        b"data: a\n\n",
+        b"",
+        b'data: {"x": 1}\n\n',
+        b"",
+        b"data: c",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        (b"data: a\n", b"\n"),
+        (b"data: a\r\n", b"\r\n"),
+        (b"data: a\r\n\r", b"\n"),
+        (b"data: a\r", b"\r"),
+    ],
+)
+def test_a_boundary_split_across_reads_is_found(first: bytes, second: bytes) -> None:
+    whole = first + second
+    handed = cut(first, second + b"data: b")
+    # A CRLF split by the read itself may stay split (its LF then opens the next piece).
+    assert b"".join(handed) == whole + b"data: b"
+    assert handed[-1] == b"data: b" or handed[-1] == b"\ndata: b"
+    assert b"".join(handed[:2]) in (whole, whole[:-1])
+
+
+def test_a_crlf_within_one_read_is_never_split() -> None:
+    assert cut(b"data: a\r\n\r\ndata: b") == [b"data: a\r\n\r\n", b"data: b"]
+
+
+def test_a_line_break_alone_is_no_boundary() -> None:
+    assert cut(b"data: a\r\n", b"data: b\n", b"event: x\r") == [
+        b"",
+        b"",
+        b"",
+        b"data: a\r\ndata: b\nevent: x\r",
+    ]
+
+
+def test_an_event_over_the_limit_is_passed_on_as_it_comes() -> None:
+    buffer = EventBuffer(8)
+    assert buffer.feed(b"data: 1234") == b"data: 1234"
+    assert buffer.mid_event
+    assert buffer.feed(b"5678") == b""
+    assert buffer.feed(b"\n\ndata: x") == b"5678\n\n"
+    assert not buffer.mid_event
+    assert buffer.close() == b"data: x"
+
+
+def blank_line_ends(raw: bytes) -> set[int]:
+    """Reference: the offset after every blank line that follows another line, found by
+    walking the lines one terminator (CRLF, LF or CR) at a time."""
+    ends: set[int] = set()
+    i = line_start = 0
+    while i < len(raw):
+        if raw[i] in b"\r\n":
+            step = 2 if raw[i : i + 2] == b"\r\n" else 1
+            if i == line_start and line_start > 0:
+                ends.add(i + step)
+            i = line_start = i + step
+        else:
+            i += 1
+    return ends
+
+
+def check_cutting(raw: bytes, cuts: list[int]) -> None:
+    reads = split_at(raw, cuts)
+    buffer = EventBuffer(BIG)
+    ends = blank_line_ends(raw)
+    handed = received = 0
+    pieces: list[bytes] = []
+    for read in reads:
+        piece = buffer.feed(read)
+        received += len(read)
+        if piece:
+            pieces.append(piece)
+            handed += len(piece)
+            # Only ever cut after a blank line (or between the CR and LF of one).
+            assert handed in ends or (
+                handed + 1 in ends and raw[handed - 1 : handed + 1] == b"\r\n"
+            )
+        # Nothing whole is held back (but the LF of a CRLF the read split).
+        held = [e for e in ends if handed < e <= received]
+        assert held in ([], [handed + 1]), (held, handed)
+        if held:
+            assert raw[handed : handed + 1] == b"\n"
+    rest = buffer.close()
+    assert b"".join(pieces) + rest == raw
+    # Every piece ends where an event ends: parsing up to it leaves nothing to dispatch.
+    for k in range(1, len(pieces) + 1):
+        assert parse(*pieces[:k]) == parse(*pieces[:k], close=False)
+
+
+@settings(max_examples=300)
+@given(stream=streams(), data=st.data())
+def test_event_buffer_cuts_realistic_streams_only_between_events(
+    stream: tuple[bytes, list[SSEEvent]], data: st.DataObject
+) -> None:
+    raw, _ = stream
+    check_cutting(raw, data.draw(st.lists(st.integers(0, len(raw)), max_size=12)))
+
+
+@settings(max_examples=300)
+@given(raw=st.binary(max_size=60).map(lambda b: bytes(b"\r\n:a"[x % 4] for x in b)), data=st.data())
+def test_event_buffer_cuts_any_line_soup_only_at_blank_lines(
+    raw: bytes, data: st.DataObject
+) -> None:
+    check_cutting(raw, data.draw(st.lists(st.integers(0, len(raw)), max_size=12)))

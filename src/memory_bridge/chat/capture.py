@@ -15,6 +15,8 @@ from memory_bridge.chat.sse import SSEEvent, SSEParser
 from memory_bridge.turn import Reply
 
 _DONE = "[DONE]"
+# What a stream capture holds at most unless told otherwise (settings.max_upstream_body_bytes).
+DEFAULT_LIMIT = 64 * 1024 * 1024
 
 
 def _load_json(raw: str | bytes) -> object:
@@ -71,13 +73,16 @@ class StreamCapture:
         "_done",
         "_errored",
         "_finish_reason",
+        "_left",
         "_parser",
         "_tool_calls",
         "_usage",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int = DEFAULT_LIMIT) -> None:
         self._parser = SSEParser()
+        # Bytes it may still take in; below zero it has stopped (`overflowed`).
+        self._left = limit
         self._content: list[str] = []
         self._tool_calls: dict[int, _ToolCallParts] = {}
         self._finish_reason: str | None = None
@@ -97,20 +102,48 @@ class StreamCapture:
     def has_partial_line(self) -> bool:
         return self._parser.has_partial_line
 
+    @property
+    def complete(self) -> bool:
+        """Did the upstream say the reply was over (`[DONE]`, or choice 0's finish_reason)?"""
+        return self._done or self._finish_reason is not None
+
+    @property
+    def overflowed(self) -> bool:
+        """Did the stream outgrow the limit? Then capture stopped, and there is no reply."""
+        return self._left < 0
+
     def feed(self, chunk: bytes) -> bool:
         """Consume one read; True only for the read that completed the `[DONE]` event.
 
         The caller stores the turn before forwarding that read, so a client that disconnects
         as soon as it sees `[DONE]` cannot lose it.
         """
+        if self._left < 0:
+            return False
+        self._left -= len(chunk)
+        if self._left < 0:
+            # Past the limit the reply is not stored anyway: stop holding its text.
+            self._content.clear()
+            self._tool_calls.clear()
+            self._parser = SSEParser()
+            return False
         was_done = self._done
         self._handle(self._parser.feed(chunk))
         return self._done and not was_done
 
     def finish(self) -> Reply | None:
-        """The captured reply at end of stream, with or without `[DONE]`; None if unusable."""
+        """The captured reply at end of stream; None if it is not one to remember.
+
+        Not one to remember: an errored or overflowed stream, one without content or tool
+        calls, and a truncated one — ended with neither `[DONE]` nor a finish_reason, so
+        nothing says the reply is whole (an upstream that dies between events can close its
+        response cleanly). Either marker alone is enough: some upstreams never send `[DONE]`,
+        others (lone-CR or minimal servers) no finish_reason.
+        """
+        if self._left < 0:
+            return None
         self._handle(self._parser.close())
-        if self._errored:
+        if self._errored or not self.complete:
             return None
         content = "".join(self._content) or None
         calls = tuple(self._tool_calls[i].as_dict() for i in sorted(self._tool_calls))

@@ -112,12 +112,27 @@ class Opened:
     def ok(self) -> bool:
         return 200 <= self.status < 300
 
+    @property
+    def content_length(self) -> int | None:
+        """The length of the body as it will be read, when the upstream announced it.
+
+        None for an encoded body: aiohttp decodes it, and a few compressed bytes can stand for
+        any number of decoded ones.
+        """
+        if "content-encoding" in self._response.headers:
+            return None
+        return self._response.content_length
+
+    def unavailable(self, exc: BaseException) -> ProxyError:
+        """Our 502 for a body that broke off before it was whole."""
+        return _unavailable(self._response.method, str(self._response.url), exc)
+
     async def read(self) -> bytes:
         """The whole body; a failure while reading it is a 502 of ours."""
         try:
             return await self._response.read()
         except UPSTREAM_ERRORS as exc:
-            raise _unavailable(self._response.method, str(self._response.url), exc) from None
+            raise self.unavailable(exc) from None
 
     async def chunks(self) -> AsyncIterator[bytes]:
         """The body as it arrives, in whatever pieces are buffered (never empty ones)."""
@@ -210,7 +225,7 @@ class Upstream:
     ) -> Fetched:
         """Send a request and read the whole response; failures before it completes are 502."""
         try:
-            async with self._send(method, url, headers, content) as response:
+            async with await self._send(method, url, headers, content) as response:
                 body = await response.read()
                 return Fetched(response.status, response_headers(response.raw_headers), body)
         except UPSTREAM_ERRORS as exc:
@@ -229,10 +244,12 @@ class Upstream:
         except UPSTREAM_ERRORS as exc:
             raise _unavailable(method, url, exc) from None
 
-    def _send(
+    async def _send(
         self, method: str, url: str, headers: dict[str, str], content: bytes | None
-    ) -> aiohttp.client._RequestContextManager:
-        return self._session.request(
+    ) -> aiohttp.ClientResponse:
+        # Awaited here, so only the public response type leaves this method; a response is an
+        # async context manager of its own (released on exit) for `fetch`.
+        return await self._session.request(
             method,
             url,
             headers=headers,
