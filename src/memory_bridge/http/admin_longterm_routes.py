@@ -9,10 +9,21 @@ from __future__ import annotations
 import logging
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import Response
 
 from memory_bridge.errors import ProxyError
+from memory_bridge.http.admin_schemas import (
+    ADMIN_BEARER,
+    MemoryHits,
+    MemoryId,
+    MemoryItem,
+    MemoryPage,
+    TokenId,
+    error_responses,
+    label_query,
+)
+from memory_bridge.http.auth import require_admin
 from memory_bridge.sources import mem0_config
 from memory_bridge.sources.longterm import LayerOff, LongTermMemory
 from memory_bridge.sources.mem0_pool import StoredMemory
@@ -21,11 +32,16 @@ from memory_bridge.tenancy.config import TokenConfig, config_secrets
 from memory_bridge.tenancy.secrets import scrub
 
 log = logging.getLogger(__name__)
-router = APIRouter(prefix="/v1/admin/tokens/{token_id}/memories")
-UserParam = Annotated[
-    str | None,
-    Query(max_length=200, description="End user; empty for token-wide; absent for all"),
-]
+router = APIRouter(
+    prefix="/v1/admin/tokens/{token_id}/memories",
+    tags=["long-term memories"],
+    dependencies=[Depends(require_admin), ADMIN_BEARER],
+    # Unknown token 404, layer off or misconfigured 409, the memory backend failing 502.
+    responses=error_responses(404, 409, 502),
+)
+UserParam = Annotated[str | None, label_query("End user; empty for token-wide; absent for all.")]
+# A page never reaches past what one token can hold; the bound keeps the slice arithmetic small.
+MAX_OFFSET = 1_000_000
 
 
 async def _config(request: Request, token_id: int) -> TokenConfig:
@@ -75,13 +91,13 @@ def _item(token_id: int, memory: StoredMemory) -> dict[str, Any]:
     return out
 
 
-@router.get("")
+@router.get("", response_model=MemoryPage, response_model_exclude_unset=True)
 async def list_memories(
     request: Request,
-    token_id: int,
+    token_id: TokenId,
     user: UserParam = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000, description="Page size.")] = 100,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET, description="Items to skip.")] = 0,
 ) -> dict[str, Any]:
     config = await _config(request, token_id)
     try:
@@ -97,13 +113,15 @@ async def list_memories(
     }
 
 
-@router.get("/search")
+@router.get("/search", response_model=MemoryHits, response_model_exclude_unset=True)
 async def search_memories(
     request: Request,
-    token_id: int,
-    query: Annotated[str, Query(min_length=1, max_length=4000)],
+    token_id: TokenId,
+    query: Annotated[
+        str, Query(min_length=1, max_length=4000, description="What to look for; not blank.")
+    ],
     user: UserParam = None,
-    limit: Annotated[int, Query(ge=1, le=100)] = 10,
+    limit: Annotated[int, Query(ge=1, le=100, description="At most this many hits.")] = 10,
 ) -> dict[str, Any]:
     config = await _config(request, token_id)
     if not query.strip():
@@ -115,11 +133,11 @@ async def search_memories(
     return {"data": [_item(token_id, m) for m in found]}
 
 
-@router.get("/{memory_id}")
-async def get_memory(request: Request, token_id: int, memory_id: str) -> dict[str, Any]:
+@router.get("/{memory_id:uuid}", response_model=MemoryItem, response_model_exclude_unset=True)
+async def get_memory(request: Request, token_id: TokenId, memory_id: MemoryId) -> dict[str, Any]:
     config = await _config(request, token_id)
     try:
-        found = await _longterm(request).get(token_id, config, memory_id)
+        found = await _longterm(request).get(token_id, config, str(memory_id))
     except Exception as exc:
         raise _failure(token_id, config, exc) from None
     if found is None:
@@ -127,11 +145,11 @@ async def get_memory(request: Request, token_id: int, memory_id: str) -> dict[st
     return _item(token_id, found)
 
 
-@router.delete("/{memory_id}", status_code=204)
-async def delete_memory(request: Request, token_id: int, memory_id: str) -> Response:
+@router.delete("/{memory_id:uuid}", status_code=204, response_class=Response)
+async def delete_memory(request: Request, token_id: TokenId, memory_id: MemoryId) -> Response:
     config = await _config(request, token_id)
     try:
-        deleted = await _longterm(request).delete(token_id, config, memory_id)
+        deleted = await _longterm(request).delete(token_id, config, str(memory_id))
     except Exception as exc:
         raise _failure(token_id, config, exc) from None
     if not deleted:
@@ -140,8 +158,8 @@ async def delete_memory(request: Request, token_id: int, memory_id: str) -> Resp
     return Response(status_code=204)
 
 
-@router.delete("", status_code=204)
-async def delete_memories(request: Request, token_id: int, user: UserParam = None) -> Response:
+@router.delete("", status_code=204, response_class=Response)
+async def delete_memories(request: Request, token_id: TokenId, user: UserParam = None) -> Response:
     config = await _config(request, token_id)
     try:
         await _longterm(request).delete_all(token_id, config, user)

@@ -4,16 +4,36 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import APIRouter, Depends, Path, Query, Request
 from starlette.responses import Response
 
 from memory_bridge.errors import ProxyError, invalid_request
+from memory_bridge.http.admin_schemas import (
+    ADMIN_BEARER,
+    EventCursor,
+    EventList,
+    TokenId,
+    error_responses,
+    label_query,
+    markdown_body,
+)
+from memory_bridge.http.auth import require_admin
 from memory_bridge.storage.curated import CuratedRepository, Kind
 from memory_bridge.storage.events import EventLog
 from memory_bridge.storage.tokens import TokenStore
 
-router = APIRouter(prefix="/v1/admin/tokens/{token_id}")
-UserParam = Annotated[str, Query(max_length=200, description="An end user's USER.md")]
+router = APIRouter(
+    prefix="/v1/admin/tokens/{token_id}",
+    tags=["curated memory and events"],
+    dependencies=[Depends(require_admin), ADMIN_BEARER],
+    responses=error_responses(),
+)
+UserParam = Annotated[str, label_query("An end user's USER.md (empty: the token-wide one).")]
+KindParam = Annotated[Kind, Path(description="`memory` (MEMORY.md) or `user` (USER.md).")]
+
+
+class MarkdownResponse(Response):
+    media_type = "text/markdown; charset=utf-8"
 
 
 async def _known(request: Request, token_id: int) -> None:
@@ -33,24 +53,37 @@ def _curated(request: Request) -> CuratedRepository:
     return repo
 
 
-@router.get("/curated/{kind}")
+@router.get(
+    "/curated/{kind}",
+    # Not MarkdownResponse: FastAPI would then document the JSON errors as markdown too.
+    response_class=Response,
+    responses={
+        200: {
+            "description": "The document (empty if none was written).",
+            "content": {MarkdownResponse.media_type: {"schema": {"type": "string"}}},
+        },
+        **error_responses(404),
+    },
+)
 async def get_curated(
-    request: Request,
-    token_id: int,
-    kind: Annotated[Kind, Path()],
-    user: UserParam = "",
+    request: Request, token_id: TokenId, kind: KindParam, user: UserParam = ""
 ) -> Response:
     await _known_document(request, token_id, kind, user)
     body = await _curated(request).get(token_id, kind, user)
-    return Response(body, media_type="text/markdown; charset=utf-8")
+    return MarkdownResponse(body)
 
 
-@router.put("/curated/{kind}", status_code=204)
+@router.put(
+    "/curated/{kind}",
+    status_code=204,
+    response_class=Response,
+    responses=error_responses(400, 404, 408, 413),
+    openapi_extra=markdown_body(
+        "The whole document, UTF-8 markdown without NUL characters, up to CURATED_MAX_BYTES."
+    ),
+)
 async def put_curated(
-    request: Request,
-    token_id: int,
-    kind: Annotated[Kind, Path()],
-    user: UserParam = "",
+    request: Request, token_id: TokenId, kind: KindParam, user: UserParam = ""
 ) -> Response:
     await _known_document(request, token_id, kind, user)
     limit: int = request.app.state.settings.curated_max_bytes
@@ -63,18 +96,20 @@ async def put_curated(
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise invalid_request("The document must be UTF-8 text.", 400) from None
+    if "\x00" in text:  # PostgreSQL cannot store it; no markdown needs it
+        raise invalid_request("The document must not contain NUL characters.")
     await _curated(request).put(token_id, kind, user, text)
     return Response(status_code=204)
 
 
-@router.get("/events")
+@router.get("/events", response_model=EventList, responses=error_responses(404))
 async def list_events(
     request: Request,
-    token_id: int,
-    session: str | None = None,
-    type: str | None = None,
-    after: Annotated[int, Query(ge=0)] = 0,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    token_id: TokenId,
+    session: Annotated[str | None, label_query("Only this session's events.")] = None,
+    type: Annotated[str | None, label_query("Only events of this type.")] = None,
+    after: EventCursor = 0,
+    limit: Annotated[int, Query(ge=1, le=1000, description="At most this many.")] = 100,
 ) -> dict[str, Any]:
     await _known(request, token_id)
     events: EventLog = request.app.state.events

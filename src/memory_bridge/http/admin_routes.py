@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import JSONResponse, Response
 
 from memory_bridge.errors import ProxyError, invalid_request
+from memory_bridge.http.admin_schemas import (
+    ADMIN_BEARER,
+    BODY_ERRORS,
+    CreatedToken,
+    RotatedToken,
+    TokenDetail,
+    TokenId,
+    TokenList,
+    error_responses,
+    json_body,
+    parse_json_body,
+)
+from memory_bridge.http.auth import require_admin
 from memory_bridge.sources.base import MemorySource
 from memory_bridge.storage.events import EventLog
 from memory_bridge.storage.tokens import TokenRecord, TokenStore
@@ -18,7 +30,25 @@ from memory_bridge.tenancy.memory_config import PASSTHROUGH_STATUS, DegradedWarn
 from memory_bridge.tenancy.secrets import mask_secrets
 
 log = logging.getLogger(__name__)
-router = APIRouter(prefix="/v1/admin")
+# The edge already refused anything but the admin token; `require_admin` is the second lock.
+router = APIRouter(
+    prefix="/v1/admin",
+    tags=["tokens"],
+    dependencies=[Depends(require_admin), ADMIN_BEARER],
+    responses=error_responses(),
+)
+
+
+# Shown in /docs (and sent by the fuzzing test's examples phase).
+_EXAMPLES: dict[str, dict[str, Any]] = {
+    "create": {
+        "name": "support-bot",
+        "llm_base_url": "https://api.openai.com/v1",
+        "llm_api_key": "sk-proj-...",
+        "session_window_size": 30,
+    },
+    "update": {"session_window_size": 10, "memory_prompt": None},
+}
 
 
 def _tokens(request: Request) -> TokenStore:
@@ -27,10 +57,7 @@ def _tokens(request: Request) -> TokenStore:
 
 
 async def _json_body(request: Request) -> object:
-    try:
-        return json.loads(await request.body())
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise invalid_request("The request body is not valid JSON.", 400) from None
+    return parse_json_body(await request.body())
 
 
 def _not_found(token_id: int) -> ProxyError:
@@ -58,7 +85,15 @@ def detail(record: TokenRecord, sources: tuple[MemorySource, ...]) -> dict[str, 
     return out
 
 
-@router.post("/tokens", status_code=201)
+@router.post(
+    "/tokens",
+    status_code=201,
+    response_model=CreatedToken,
+    responses=error_responses(*BODY_ERRORS),
+    openapi_extra=json_body(
+        "A complete token config (docs/configuration.md).", _EXAMPLES["create"]
+    ),
+)
 async def create_token(request: Request) -> JSONResponse:
     try:
         config = validate_config(await _json_body(request))
@@ -72,22 +107,38 @@ async def create_token(request: Request) -> JSONResponse:
     return JSONResponse(body, status_code=201)
 
 
-@router.get("/tokens")
+@router.get("/tokens", response_model=TokenList, response_model_exclude_unset=True)
 async def list_tokens(request: Request) -> dict[str, Any]:
     records = await _tokens(request).list()
     return {"data": [detail(r, request.app.state.sources) for r in records]}
 
 
-@router.get("/tokens/{token_id}")
-async def get_token(request: Request, token_id: int) -> dict[str, Any]:
+@router.get(
+    "/tokens/{token_id}",
+    response_model=TokenDetail,
+    response_model_exclude_unset=True,
+    responses=error_responses(404),
+)
+async def get_token(request: Request, token_id: TokenId) -> dict[str, Any]:
     record = await _tokens(request).get(token_id)
     if record is None:
         raise _not_found(token_id)
     return detail(record, request.app.state.sources)
 
 
-@router.patch("/tokens/{token_id}")
-async def update_token(request: Request, token_id: int) -> dict[str, Any]:
+@router.patch(
+    "/tokens/{token_id}",
+    response_model=TokenDetail,
+    response_model_exclude_unset=True,
+    responses=error_responses(404, *BODY_ERRORS),
+    openapi_extra=json_body(
+        "Fields to change; null clears an optional field (a token whose stored config is "
+        "unusable needs a complete one).",
+        _EXAMPLES["update"],
+        partial=True,
+    ),
+)
+async def update_token(request: Request, token_id: TokenId) -> dict[str, Any]:
     store = _tokens(request)
     record = await store.get(token_id)
     if record is None:
@@ -108,9 +159,15 @@ async def update_token(request: Request, token_id: int) -> dict[str, Any]:
     return detail(updated, request.app.state.sources)
 
 
-@router.delete("/tokens/{token_id}", status_code=204)
+@router.delete(
+    "/tokens/{token_id}", status_code=204, response_class=Response, responses=error_responses(404)
+)
 async def delete_token(
-    request: Request, token_id: int, purge: bool = Query(default=False)
+    request: Request,
+    token_id: TokenId,
+    purge: bool = Query(
+        default=False, description="Also delete its history, documents, memories and events."
+    ),
 ) -> Response:
     if not await _tokens(request).delete(token_id):
         raise _not_found(token_id)
@@ -124,8 +181,10 @@ async def delete_token(
     return Response(status_code=204)
 
 
-@router.post("/tokens/{token_id}/rotate")
-async def rotate_token(request: Request, token_id: int) -> dict[str, Any]:
+@router.post(
+    "/tokens/{token_id}/rotate", response_model=RotatedToken, responses=error_responses(404)
+)
+async def rotate_token(request: Request, token_id: TokenId) -> dict[str, Any]:
     secret = await _tokens(request).rotate(token_id)
     if secret is None:
         raise _not_found(token_id)
