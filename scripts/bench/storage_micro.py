@@ -45,7 +45,7 @@ from sqlalchemy.engine import Engine, make_url
 from memory_bridge.messages import Message
 from memory_bridge.storage.curated import CuratedRepository, CuratedSnapshot
 from memory_bridge.storage.db import Database, _sqlite_pragmas, create_engine, create_schema
-from memory_bridge.storage.sessions import SessionRepository, _stored_form
+from memory_bridge.storage.sessions import SessionRepository, stored_form
 from memory_bridge.storage.tables import curated, messages
 from memory_bridge.turn import Scope
 
@@ -100,7 +100,7 @@ class BeforeORM:
                 "user_id": scope.user,
                 "session_id": scope.session,
                 "role": m.role,
-                "body": json.dumps(_stored_form(m), ensure_ascii=False),
+                "body": json.dumps(stored_form(m), ensure_ascii=False),
             }
             for m in items
         ]

@@ -3,41 +3,34 @@
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-import httpx
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
-from memory_bridge.background import BackgroundWork
+from memory_bridge import token_count
 from memory_bridge.chat.handler import ChatHandler
 from memory_bridge.chat.upstream import Upstream, create_session
 from memory_bridge.context.template import MemoryTemplate, load_template
+from memory_bridge.events.recorder import TurnRecorder
 from memory_bridge.heap import freeze_long_lived
 from memory_bridge.http import (
+    admin_jobs_routes,
     admin_longterm_routes,
     admin_memory_routes,
     admin_routes,
     passthrough_routes,
 )
 from memory_bridge.http.auth import EdgeMiddleware
+from memory_bridge.http.body_limits import BodyLimits
 from memory_bridge.http.errors import install_error_handlers
+from memory_bridge.runtime import open_runtime
 from memory_bridge.settings import Settings
-from memory_bridge.sources.base import MemorySource
-from memory_bridge.sources.curated import CuratedMemory
-from memory_bridge.sources.gateway import MemoryGateway
-from memory_bridge.sources.history import SessionHistory
-from memory_bridge.sources.longterm import LongTermMemory
-from memory_bridge.sources.mem0_pool import Mem0Pool, PoolPaths
-from memory_bridge.storage.curated import CuratedRepository
-from memory_bridge.storage.db import create_engine, create_schema, session_factory
-from memory_bridge.storage.events import EventLog
-from memory_bridge.storage.sessions import SessionRepository
-from memory_bridge.storage.tokens import TokenStore
-from memory_bridge.tenancy.memory_config import DegradedWarning
+from memory_bridge.storage.health import StorageHealth
 
 log = logging.getLogger(__name__)
 
@@ -48,31 +41,6 @@ def load_templates(settings: Settings) -> dict[str, MemoryTemplate]:
         "en": load_template(settings.memory_template_path),
         "zh": load_template(settings.memory_template_zh_path),
     }
-
-
-def prepare_mem0_environment(settings: Settings) -> None:
-    """Mem0 reads these when it is first imported (lazily, by the pool): no telemetry, and its
-    files under the data directory rather than in the home directory. The local embedder loads
-    models from disk only, unless the operator allows the Hugging Face hub explicitly."""
-    os.environ["MEM0_TELEMETRY"] = "False"
-    os.environ["MEM0_DIR"] = str(settings.mem0_dir.resolve())
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-
-
-def create_long_term_memory(settings: Settings) -> LongTermMemory:
-    pool = Mem0Pool(
-        PoolPaths(
-            qdrant_path=settings.resolved_qdrant_path,
-            qdrant_url=settings.resolved_qdrant_url,
-            qdrant_api_key=settings.qdrant_api_key,
-            mem0_dir=settings.mem0_dir,
-        ),
-        threads=settings.memory_threads,
-        embed_timeout=settings.memory_search_timeout,
-        llm_timeout=settings.memory_store_timeout,
-    )
-    return LongTermMemory(pool, settings.memory_search_timeout, settings.memory_store_timeout)
 
 
 class _EdgeFirst(FastAPI):
@@ -98,85 +66,80 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine = create_engine(settings.resolved_database_url)
-        await create_schema(engine)
-        sessions = session_factory(engine)
-        client = httpx.AsyncClient(
-            timeout=httpx.Timeout(settings.http_timeout, connect=settings.http_connect_timeout),
-            limits=httpx.Limits(
-                max_connections=settings.http_max_connections,
-                max_keepalive_connections=settings.http_max_keepalive,
-            ),
-            follow_redirects=False,
-        )
-        background = BackgroundWork()
-        events = EventLog(sessions)
-        curated = CuratedRepository(sessions, settings.token_cache_ttl)
-        degraded = DegradedWarning()
-        prepare_mem0_environment(settings)
-        longterm = create_long_term_memory(settings)
-        # Order matters only for the system prompt: curated blocks come before the rule.
-        sources: tuple[MemorySource, ...] = (
-            CuratedMemory(curated),
-            SessionHistory(SessionRepository(sessions)),
-            MemoryGateway(client, events, degraded),
-            longterm,
-        )
+        runtime = await open_runtime(settings)
         llm_session = create_session(
             timeout=settings.http_timeout,
             connect_timeout=settings.http_connect_timeout,
             max_connections=settings.http_max_connections,
         )
         upstream = Upstream(llm_session, settings.forwarded_header_names)
-        tokens = TokenStore(sessions, settings.token_cache_ttl)
-        tokens.on_change(longterm.pool.invalidate)
-        tokens.on_change(curated.forget)
+        health = StorageHealth()
+        recorder = TurnRecorder(runtime.db, settings.max_stored_message_bytes)
+        worker = runtime.create_worker() if settings.serve_worker else None
+        if worker is not None:
+            recorder.on_enqueued(worker.wake)
         app.state.settings = settings
-        app.state.tokens = tokens
-        app.state.longterm = longterm
-        app.state.events = events
-        app.state.curated = curated
-        app.state.degraded_warning = degraded
-        app.state.sources = sources
+        app.state.runtime = runtime
+        app.state.body_limits = BodyLimits.from_settings(settings)
+        app.state.tokens = runtime.tokens
+        app.state.longterm = runtime.longterm
+        app.state.events = runtime.audit
+        app.state.curated = runtime.curated
+        app.state.degraded_warning = runtime.degraded
+        app.state.sources = runtime.sources
         app.state.upstream = upstream
-        app.state.background = background
+        app.state.storage_health = health
+        app.state.worker = worker
         app.state.chat = ChatHandler(
-            sources,
+            runtime.sources,
             upstream,
             templates,
-            background,
-            settings.memory_store_timeout,
+            recorder,
+            health,
+            runtime.audit,
             max_upstream_body=settings.max_upstream_body_bytes,
         )
+        token_count.load()
+        if worker is not None:
+            worker.start()
         # Everything built so far lives as long as the server: out of the collector's way.
         freeze_long_lived()
         log.info("MemoryBridge ready")
         try:
             yield
         finally:
-            await background.drain(settings.background_drain_timeout)
-            await longterm.pool.close_all(settings.background_drain_timeout)
-            await client.aclose()
+            if worker is not None:
+                await worker.stop(settings.background_drain_timeout)
             await llm_session.close()
-            await sessions.close()
-            await engine.dispose()
+            await runtime.close()
             log.info("MemoryBridge stopped")
 
     app = _EdgeFirst(
         title="MemoryBridge",
         version="0.1.0",
         lifespan=lifespan,
-        docs_url=None,
+        # The admin API's reference, for the admin token only (the edge checks).
+        docs_url="/docs",
         redoc_url=None,
-        openapi_url=None,
+        openapi_url="/openapi.json",
     )
     install_error_handlers(app)
 
     @app.get("/health")
-    async def health() -> dict[str, str]:
-        return {"status": "ok"}
+    async def health(request: Request) -> JSONResponse:
+        storage: StorageHealth = request.app.state.storage_health
+        if storage.failing:
+            body = {"status": "degraded", "storage": "failing", "error": storage.last_error}
+            return JSONResponse(body, status_code=503)
+        return JSONResponse({"status": "ok"})
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics() -> Response:
+        """Prometheus metrics, for the admin token (the edge checks)."""
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     app.include_router(passthrough_routes.router)
+    app.include_router(admin_jobs_routes.router)
     app.include_router(admin_routes.router)
     app.include_router(admin_memory_routes.router)
     app.include_router(admin_longterm_routes.router)

@@ -108,16 +108,23 @@ def rotate_secret_key() -> None:
 def serve(
     host: Annotated[str | None, typer.Option(help="Default: MEMORY_BRIDGE_HOST.")] = None,
     port: Annotated[int | None, typer.Option(help="Default: MEMORY_BRIDGE_PORT.")] = None,
+    worker: Annotated[
+        bool, typer.Option(help="Also drain the job queue (--no-worker: serve only).")
+    ] = True,
 ) -> None:
-    """Run the proxy until SIGINT/SIGTERM; in-flight requests and background work finish."""
+    """Run the proxy until SIGINT/SIGTERM; in-flight requests and queued jobs finish or go
+    back to the queue."""
     import uvicorn
 
     from memory_bridge.app import create_app
     from memory_bridge.context.template import TemplateError
+    from memory_bridge.http.slow_heads import head_deadline_protocol
     from memory_bridge.logs import configure_logging
     from memory_bridge.qdrant_process import QdrantStartError, managed_qdrant
 
     settings = Settings()
+    if not worker:
+        settings = settings.model_copy(update={"serve_worker": False})
     _check_initialised(settings)
     configure_logging(settings.log_level)
     try:
@@ -130,6 +137,7 @@ def serve(
         port=settings.memory_bridge_port if port is None else port,
         log_config=None,
         lifespan="on",
+        http=head_deadline_protocol(settings.header_read_timeout),
         server_header=False,
         date_header=False,
         timeout_graceful_shutdown=int(settings.background_drain_timeout),
@@ -140,6 +148,19 @@ def serve(
             uvicorn.Server(config).run()
     except QdrantStartError as exc:
         raise _fail(str(exc), 3) from None
+
+
+@cli.command("worker")
+def worker_command() -> None:
+    """Drain the job queue (memory writes after each turn) until SIGINT/SIGTERM. Any number
+    of workers may share a PostgreSQL database; see docs/operations.md."""
+    from memory_bridge.events.process import run_worker
+    from memory_bridge.logs import configure_logging
+
+    settings = Settings()
+    _check_initialised(settings)
+    configure_logging(settings.log_level)
+    asyncio.run(run_worker(settings))
 
 
 def _check_initialised(settings: Settings) -> None:

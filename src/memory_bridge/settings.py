@@ -61,9 +61,19 @@ class Settings(BaseSettings):
 
     token_cache_ttl: float = Field(default=5.0, ge=0)
 
+    # The durable job queue (docs/operations.md). `serve` drains it too unless told not to.
+    serve_worker: bool = True
+    job_concurrency: int = Field(default=8, gt=0, le=256)
+    job_lease_seconds: float = Field(default=180.0, gt=0)
+    job_poll_seconds: float = Field(default=1.0, gt=0)
+    job_max_attempts: int = Field(default=5, gt=0)
+    job_backoff_seconds: float = Field(default=2.0, gt=0)
+
     # Bounds on what a client (or an upstream) can make the proxy hold (docs/configuration.md).
     max_request_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
     max_stored_message_bytes: int = Field(default=64 * 1024, gt=0)
+    # Injected session history is cut to this many tokens (newest first) as well as by count.
+    history_token_budget: int = Field(default=8000, gt=0)
     max_upstream_body_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
     # A request whose head or body takes longer than these is answered 408 and dropped.
     header_read_timeout: float = Field(default=10.0, gt=0)

@@ -171,8 +171,12 @@ def test_delete_stops_the_token_and_purge_removes_its_sessions(
     counts = dict(
         db.execute("select token_id, count(*) from messages group by token_id").fetchall()
     )
+    logged = dict(
+        db.execute("select token_id, count(*) from memory_events group by token_id").fetchall()
+    )
     db.close()
     assert counts == {kept_id: 2}
+    assert logged == {kept_id: 2}  # session.started + session.appended: the log purged too
 
     # Without purge the history stays (an id is never reused, so nobody can read it).
     assert proxy.admin("DELETE", f"/tokens/{kept_id}").status_code == 204

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sqlite3
+
 import httpx
 import pytest
 
@@ -87,3 +89,49 @@ def test_auth_does_not_fail_open_on_an_empty_database(tmp_path, upstream_server)
                 == 401
             )
         assert httpx.get(f"{server.url}/v1/admin/tokens").status_code == 401
+
+
+def test_the_admin_reference_is_served_to_the_admin_token_only(proxy: Proxy) -> None:
+    schema = httpx.get(f"{proxy.url}/openapi.json", headers=proxy.admin_headers)
+    assert schema.status_code == 200
+    assert "/v1/admin/tokens" in schema.json()["paths"]
+    docs = httpx.get(f"{proxy.url}/docs", headers=proxy.admin_headers)
+    assert docs.status_code == 200
+    assert "openapi.json" in docs.text
+    _, token = proxy.create_token()
+    for path in ("/docs", "/openapi.json"):
+        refused = httpx.get(f"{proxy.url}{path}", headers={"Authorization": f"Bearer {token}"})
+        assert refused.status_code == 403
+
+
+def test_a_failing_token_store_denies_in_the_openai_shape(
+    proxy: Proxy, upstream: FakeUpstream
+) -> None:
+    """The store raising (here: its table gone underneath it) is a 503 of ours with the
+    request id, never a pass and never a bare 500."""
+    _, token = proxy.create_token()
+    db = sqlite3.connect(proxy.settings.memory_bridge_data_dir / "memory_bridge.db")
+    try:
+        db.execute("alter table tokens rename to tokens_gone")
+        db.commit()
+        for path, method in (("/v1/chat/completions", "POST"), ("/v1/admin/tokens", "GET")):
+            # A secret the cache has never seen, so the store must be asked.
+            for secret in (token + "x", "mb-never-issued"):
+                reply = httpx.request(
+                    method,
+                    f"{proxy.url}{path}",
+                    json=CHAT,
+                    headers={"Authorization": f"Bearer {secret}"},
+                    timeout=10,
+                )
+                assert reply.status_code == 503, reply.text
+                assert reply.headers["content-type"] == "application/json"
+                error = reply.json()["error"]
+                assert error["request_id"] == reply.headers["x-request-id"]
+                assert secret not in reply.text
+        assert upstream.chat_requests == []
+        assert httpx.get(f"{proxy.url}/health").status_code == 200
+    finally:
+        db.execute("alter table tokens_gone rename to tokens")
+        db.commit()
+        db.close()

@@ -82,6 +82,7 @@ def test_invalid_messages_are_422_and_never_forwarded(
         (b"{not json", 400),
         (b"", 400),
         (b"\xff\xfe\x00garbage", 400),
+        (b'{"model": "m", "messages": "\xc3\x28"}', 422),
         (b'[{"role": "user", "content": "hi"}]', 400),
         (b'"just a string"', 400),
     ],

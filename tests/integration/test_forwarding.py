@@ -136,7 +136,11 @@ def test_content_parts_and_unknown_message_fields_pass_through(
     assert forwarded[-1] == second[1]
     history = forwarded[1:-1]
     assert [m["role"] for m in history] == ["user", "assistant"]
-    assert history[0]["content"] == parts
+    # Stored (and so re-injected) with the inline image as a placeholder, never its payload.
+    assert history[0]["content"][0] == parts[0]
+    assert history[0]["content"][1]["type"] == "text"
+    assert "image" in history[0]["content"][1]["text"]
+    assert "iVBORw0KGgo" not in str(history)
 
 
 def test_forwarded_and_withheld_request_headers(proxy: Proxy, upstream: FakeUpstream) -> None:

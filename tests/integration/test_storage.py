@@ -18,7 +18,7 @@ from memory_bridge.messages import Message
 from memory_bridge.storage.curated import CuratedRepository, CuratedSnapshot
 from memory_bridge.storage.db import Database, create_engine, create_schema, session_factory
 from memory_bridge.storage.events import EventLog
-from memory_bridge.storage.sessions import SessionRepository, _stored_form
+from memory_bridge.storage.sessions import SessionRepository, stored_form
 from memory_bridge.storage.tables import curated, messages
 from memory_bridge.storage.tokens import TokenStore
 from memory_bridge.tenancy.config import validate_config
@@ -347,7 +347,7 @@ async def test_stored_messages_and_identities_are_what_was_appended(db: Database
     scope = Scope(token_id=1, session="s")
     await repo.append(scope, VARIETY)
     window = await repo.window(scope, 20)
-    as_before = [Message.model_validate(json.loads(json.dumps(_stored_form(m)))) for m in VARIETY]
+    as_before = [Message.model_validate(json.loads(json.dumps(stored_form(m)))) for m in VARIETY]
     assert [s.message for s in window] == as_before == await repo.recent(scope, 20)
     assert [s.message.to_dict() for s in window] == [m.to_dict() for m in as_before]
     identities = [m.identity() for m in VARIETY]

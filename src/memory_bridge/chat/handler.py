@@ -11,21 +11,26 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from memory_bridge.background import BackgroundWork
 from memory_bridge.chat.capture import DEFAULT_LIMIT, reply_from_json
 from memory_bridge.chat.relay import is_sse, read_bounded, relay_events, stream_headers
+from memory_bridge.chat.request_body import parse_chat_body
 from memory_bridge.chat.upstream import Opened, Upstream
 from memory_bridge.context.assemble import assemble
 from memory_bridge.context.recall import recall_all
 from memory_bridge.context.template import MemoryTemplate
 from memory_bridge.errors import invalid_request
+from memory_bridge.events.recorder import TurnRecorder
 from memory_bridge.messages import MessageError, conversation, latest_user_text, parse_messages
-from memory_bridge.sources.base import Exchange, MemorySource, Recall
-from memory_bridge.tenancy.config import TokenConfig, config_secrets
+from memory_bridge.sources.base import MemorySource, Recall
+from memory_bridge.storage.events import EventLog
+from memory_bridge.storage.health import StorageHealth
+from memory_bridge.tenancy.config import TokenConfig
 from memory_bridge.turn import DEFAULT_SESSION, TOKEN_WIDE_USER, Reply, Scope, Turn
 
 log = logging.getLogger(__name__)
 _MAX_ID = 200
+# On a response whose turn the database refused (a stream says so in-band: relay.NOT_STORED).
+NOT_STORED_HEADER = (b"x-memorybridge-stored", b"false")
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,19 +64,21 @@ class ChatHandler:
         sources: tuple[MemorySource, ...],
         upstream: Upstream,
         templates: Mapping[str, MemoryTemplate],
-        background: BackgroundWork,
-        store_timeout: float,
+        recorder: TurnRecorder,
+        health: StorageHealth,
+        audit: EventLog,
         *,
         max_upstream_body: int = DEFAULT_LIMIT,
     ) -> None:
         self._sources = sources
         self._upstream = upstream
         self._templates = templates
-        self._background = background
-        self._store_timeout = store_timeout
+        self._recorder = recorder
+        self._health = health
+        self._audit = audit
         # The most of an upstream answer held to parse it; larger ones are relayed unparsed.
         self._max_body = max_upstream_body
-        self._inline: set[asyncio.Task[None]] = set()
+        self._inline: set[asyncio.Task[object]] = set()
 
     async def handle(self, req: ChatRequest) -> Outgoing:
         """Answer one chat completion. A client that disconnects cancels the calling task;
@@ -115,43 +122,47 @@ class ChatHandler:
         if opened.ok and not streaming:
             if isinstance(answer, bytes):
                 reply = reply_from_json(answer)
-                if reply is not None:
-                    await self._remember(turn, recalls, reply)
+                if reply is not None and not await self._remember(turn, recalls, reply):
+                    diagnostics.append(NOT_STORED_HEADER)
             else:
                 log.warning(
                     "upstream reply larger than %d bytes: relayed, turn not stored", self._max_body
                 )
         return _whole(opened, diagnostics, answer)
 
-    async def _remember(self, turn: Turn, recalls: list[Recall], reply: Reply) -> None:
+    async def _remember(self, turn: Turn, recalls: list[Recall], reply: Reply) -> bool:
+        """Record the completed turn (its events, history and jobs in one transaction);
+        False when the database refused it, which the caller tells the client."""
         prefix = max((r.stored_prefix for r in recalls), default=0)
-        exchange = Exchange(
-            turn=turn, new_messages=conversation(turn.messages)[prefix:], reply=reply
-        )
+        messages = list(conversation(turn.messages)[prefix:])
+        if reply.content or reply.tool_calls:
+            messages.append(reply.as_message())
+        if not messages:
+            return True
+        consumers = tuple(s.name for s in self._sources if s.consumes(turn.config))
+        meta = {"request_id": turn.request_id, "source": "chat"}
+        record = self._recorder.record(turn.scope, messages, turn.query, reply, consumers, meta)
         # Shielded: a client that leaves after the last byte must not lose its turn.
-        task = asyncio.create_task(self._remember_inline(exchange))
+        task: asyncio.Task[object] = asyncio.create_task(record)
         self._inline.add(task)
         task.add_done_callback(self._inline.discard)
-        await asyncio.shield(task)
-        secrets: tuple[str, ...] | None = None
-        for source in self._sources:
-            if not source.remember_inline:
-                if secrets is None:
-                    secrets = config_secrets(turn.config)
-                self._background.submit(
-                    f"{source.name}.remember",
-                    source.remember(exchange),
-                    timeout=self._store_timeout,
-                    secrets=secrets,
-                )
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._health.write_failed(exc)
+            await self._audit_not_stored(turn, exc)
+            return False
+        self._health.write_succeeded()
+        return True
 
-    async def _remember_inline(self, exchange: Exchange) -> None:
-        for source in self._sources:
-            if source.remember_inline:
-                try:
-                    await source.remember(exchange)
-                except Exception as exc:
-                    log.error("storing the turn in %s failed: %s", source.name, type(exc).__name__)
+    async def _audit_not_stored(self, turn: Turn, exc: Exception) -> None:
+        try:
+            data = {"error": type(exc).__name__}
+            await self._audit.record(turn.scope, "turn_not_stored", turn.request_id, data)
+        except Exception as audit_exc:  # the same database: it may well refuse this too
+            log.error("could not record turn_not_stored: %s", type(audit_exc).__name__)
 
 
 def _whole(
@@ -167,13 +178,7 @@ def _whole(
 
 
 def _parse_body(raw: bytes) -> dict[str, Any]:
-    try:
-        body = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise invalid_request("The request body is not valid JSON.", 400) from None
-    if not isinstance(body, dict):
-        raise invalid_request("The request body must be a JSON object.", 400)
-    return body
+    return parse_chat_body(raw)
 
 
 def _scope(token_id: int, body: dict[str, Any], headers: Mapping[str, str]) -> Scope:

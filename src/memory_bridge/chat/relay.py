@@ -21,7 +21,10 @@ log = logging.getLogger(__name__)
 
 SSE = "text/event-stream"
 
-Remember = Callable[[Reply], Awaitable[None]]
+# Stores a captured reply; False when the turn could not be stored (the client is told).
+Remember = Callable[[Reply], Awaitable[bool]]
+# An SSE comment: OpenAI SDKs skip it, a client reading the raw stream can see it.
+NOT_STORED = b": memorybridge stored=false\n\n"
 
 
 class UpstreamBodyBroken(Exception):
@@ -63,7 +66,8 @@ async def relay_events(
             if capture is not None and capture.feed(piece):
                 # Stored before the client sees [DONE]: its next request sees this turn.
                 stored = True
-                await _store(capture, remember)
+                if not await _store(capture, remember):
+                    yield NOT_STORED
             yield piece
         # A clean end. An unterminated last event is passed on as it came: the bytes are the
         # upstream's, and they are all there is (docs/decisions.md).
@@ -79,18 +83,20 @@ async def relay_events(
         return
     finally:
         opened.close()
-    if capture is not None and not stored:
-        await _store(capture, remember)
+    if capture is not None and not stored and not await _store(capture, remember):
+        yield NOT_STORED
 
 
-async def _store(capture: StreamCapture, remember: Remember | None) -> None:
+async def _store(capture: StreamCapture, remember: Remember | None) -> bool:
+    """Hands a finished reply to `remember`; False only when storing it failed."""
     reply = capture.finish()
     if reply is not None and remember is not None:
-        await remember(reply)
-    elif capture.overflowed:
+        return await remember(reply)
+    if capture.overflowed:
         log.warning("upstream stream larger than the capture limit: relayed, turn not stored")
     elif not capture.complete:
         log.warning("upstream stream ended without finish_reason or [DONE]: turn not stored")
+    return True
 
 
 async def read_bounded(opened: Opened, limit: int) -> bytes | AsyncGenerator[bytes, None]:

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import JSONResponse, Response
 
 from memory_bridge.errors import ProxyError, invalid_request
+from memory_bridge.events import log as event_log
 from memory_bridge.http.admin_schemas import (
     ADMIN_BEARER,
     BODY_ERRORS,
@@ -22,6 +23,7 @@ from memory_bridge.http.admin_schemas import (
     parse_json_body,
 )
 from memory_bridge.http.auth import require_admin
+from memory_bridge.runtime import Runtime
 from memory_bridge.sources.base import MemorySource
 from memory_bridge.storage.events import EventLog
 from memory_bridge.storage.tokens import TokenRecord, TokenStore
@@ -177,6 +179,8 @@ async def delete_token(
             await source.purge(token_id)
         events: EventLog = request.app.state.events
         await events.purge(token_id)
+        runtime: Runtime = request.app.state.runtime
+        await runtime.db.write(lambda conn: event_log.purge(conn, token_id))
     log.info("token %d deleted%s", token_id, " and purged" if purge else "")
     return Response(status_code=204)
 

@@ -1,9 +1,13 @@
-"""The edge middleware: a request id for every request, and authentication.
+"""The edge middleware: a request id for every request, bounded request bodies, authentication.
 
 Pure ASGI (no BaseHTTPMiddleware) so streaming bodies and the client's disconnect signal pass
 through untouched and the hot path stays short: the chat path goes from here straight to its
-plain ASGI endpoint, everything else on to FastAPI. Auth never fails open: anything but `/health`
-needs a known token of the right kind.
+plain ASGI endpoint, everything else on to FastAPI.
+
+Authentication denies by construction: `authenticate` returns a principal of the kind the path
+needs or raises `Denied`, and anything unexpected on the way (the token store down included) is
+a denial too, answered in the OpenAI error shape with the request id. Admin routes check the
+principal again through `require_admin`, so a slip here alone cannot open them.
 """
 
 from __future__ import annotations
@@ -11,16 +15,33 @@ from __future__ import annotations
 import logging
 import time
 
+from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from memory_bridge.errors import ProxyError
 from memory_bridge.http import chat_routes
+from memory_bridge.http.body_limits import BodyLimits, BodyReader, BodyRefused
 from memory_bridge.http.errors import error_body
 from memory_bridge.request_context import new_request_id, request_id_var
 from memory_bridge.storage.tokens import Principal, TokenStore
 
 log = logging.getLogger(__name__)
 OPEN_PATHS = frozenset({"/health"})
+# The admin API's own reference, and the metrics: served to the admin token only.
+ADMIN_DOC_PATHS = frozenset({"/docs", "/openapi.json", "/metrics"})
 ADMIN_PREFIX = "/v1/admin"
+
+
+class Denied(Exception):
+    def __init__(self, status: int, type_: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.type = type_
+        self.message = message
+
+
+def needs_admin(path: str) -> bool:
+    return path in ADMIN_DOC_PATHS or path == ADMIN_PREFIX or path.startswith(ADMIN_PREFIX + "/")
 
 
 class EdgeMiddleware:
@@ -35,9 +56,12 @@ class EdgeMiddleware:
         rid = new_request_id()
         token = request_id_var.set(rid)
         rid_header = (b"x-request-id", rid.encode())
+        response_started = False
 
         async def send_with_id(message: Message) -> None:
+            nonlocal response_started
             if message["type"] == "http.response.start":
+                response_started = True
                 message["headers"] = [*message.get("headers", []), rid_header]
             await send(message)
 
@@ -47,36 +71,63 @@ class EdgeMiddleware:
             state["request_id"] = rid
             path: str = scope["path"]
             if path not in OPEN_PATHS:
-                denied = await self._authenticate(scope, path)
-                if denied is not None:
-                    await _reject(send_with_id, *denied)
+                try:
+                    state["principal"] = await authenticate(scope, path)
+                except Denied as denied:
+                    await _reject(send_with_id, denied.status, denied.type, denied.message)
                     return
-            if path == chat_routes.PATH:
-                await chat_routes.chat_completions(scope, receive, send_with_id)
-            else:
-                await self.app(scope, receive, send_with_id)
+            limits: BodyLimits = scope["app"].state.body_limits
+            reader = BodyReader(limits, scope, receive)
+            try:
+                if path == chat_routes.PATH:
+                    await chat_routes.chat_completions(scope, reader.receive, send_with_id)
+                else:
+                    await self.app(scope, reader.receive, send_with_id)
+            except BodyRefused as refused:
+                # Raised by the reader wherever the body was being read; the app had no answer.
+                if response_started:
+                    raise
+                await _reject(send_with_id, refused.status, refused.type, refused.message)
+            finally:
+                reader.release()
         finally:
             request_id_var.reset(token)
 
-    async def _authenticate(self, scope: Scope, path: str) -> tuple[int, str, str] | None:
-        secret = _bearer(scope)
-        if secret is None:
-            return 401, "authentication_error", "Missing bearer token."
-        tokens: TokenStore = scope["app"].state.tokens
+
+async def authenticate(scope: Scope, path: str) -> Principal:
+    """The principal allowed on `path`, or `Denied`: never a fall-through."""
+    secret = _bearer(scope)
+    if secret is None:
+        raise Denied(401, "authentication_error", "Missing bearer token.")
+    tokens: TokenStore = scope["app"].state.tokens
+    try:
         principal = await tokens.authenticate(secret)
-        if principal is None:
-            return 401, "authentication_error", "Unknown or unusable token."
-        wants_admin = path == ADMIN_PREFIX or path.startswith(ADMIN_PREFIX + "/")
-        if wants_admin and not principal.is_admin:
-            return 403, "permission_error", "This endpoint needs the admin token."
-        if not wants_admin and principal.is_admin:
-            return 403, "permission_error", "The admin token cannot be used for chat."
-        scope["state"]["principal"] = principal
-        return None
+    except Exception as exc:
+        # The class only: the store's message could quote a row.
+        log.error("token store failed during authentication: %s", type(exc).__name__)
+        raise Denied(
+            503, "service_unavailable", "The token store is unavailable; try again."
+        ) from None
+    if principal is None:
+        raise Denied(401, "authentication_error", "Unknown or unusable token.")
+    wants_admin = needs_admin(path)
+    if wants_admin and not principal.is_admin:
+        raise Denied(403, "permission_error", "This endpoint needs the admin token.")
+    if not wants_admin and (principal.is_admin or principal.config is None):
+        raise Denied(403, "permission_error", "The admin token cannot be used for chat.")
+    return principal
 
 
 def principal_of(scope: Scope) -> Principal:
     principal: Principal = scope["state"]["principal"]
+    return principal
+
+
+def require_admin(request: Request) -> Principal:
+    """FastAPI dependency of every admin router: the second lock behind the edge."""
+    principal = request.scope.get("state", {}).get("principal")
+    if not isinstance(principal, Principal) or not principal.is_admin:
+        raise ProxyError(403, "permission_error", "This endpoint needs the admin token.")
     return principal
 
 
@@ -96,5 +147,7 @@ async def _reject(send: Send, status: int, type_: str, message: str) -> None:
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if status == 401:
         headers.append((b"www-authenticate", b"Bearer"))
+    if status in (408, 413, 503):
+        headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

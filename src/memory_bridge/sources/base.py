@@ -43,13 +43,37 @@ class Recall:
         )
 
 
+class JobStep(Protocol):
+    """A durable job's progress marker: `step(name)` is committed before it returns."""
+
+    async def step(self, name: str) -> None: ...
+
+
+class PermanentFailure(Exception):
+    """After-turn work that failed for good (retrying cannot help): the job ends `failed`."""
+
+
+class OutcomeUnknown(Exception):
+    """After-turn work whose side effect may or may not have happened and must not be
+    repeated automatically: the job ends `unknown`, for an operator to look at."""
+
+
 @dataclass(frozen=True, slots=True)
 class Exchange:
-    """A turn that completed normally: what was new in the request, and the reply."""
+    """A turn that completed normally: what was new in the request, and the reply.
+
+    Built from the turn's `session.appended` event when a job runs: `event_id` tags what the
+    work writes (so a retry can find an earlier attempt's writes), `attempt` counts from 1,
+    `resumed_step` is the last step an earlier attempt recorded through `progress`.
+    """
 
     turn: Turn
     new_messages: tuple[Message, ...]  # conversation messages not stored before (no system)
     reply: Reply
+    event_id: str = ""
+    attempt: int = 1
+    resumed_step: str | None = None
+    progress: JobStep | None = None
 
     @property
     def user_texts(self) -> tuple[str, ...]:
@@ -59,12 +83,16 @@ class Exchange:
 class MemorySource(Protocol):
     name: str
     on_recall_failure: OnRecallFailure
-    # True: remembered before the response ends (read-your-writes); False: background work.
-    remember_inline: bool
 
     async def recall(self, turn: Turn) -> Recall: ...
 
-    async def remember(self, exchange: Exchange) -> None: ...
+    def consumes(self, config: TokenConfig) -> bool:
+        """Whether a completed turn of this token gives this source after-turn work (a job)."""
+        ...
+
+    async def remember(self, exchange: Exchange) -> None:
+        """The after-turn work, run by a queue worker (at least once: see `Exchange`)."""
+        ...
 
     async def purge(self, token_id: int) -> None: ...
 

@@ -20,7 +20,6 @@ CURATED_HEADER = (
 class CuratedMemory:
     name = "curated"
     on_recall_failure = OnRecallFailure.INTERNAL_ERROR
-    remember_inline = True
 
     def __init__(self, repo: CuratedRepository) -> None:
         self._repo = repo
@@ -30,8 +29,11 @@ class CuratedMemory:
         block = render(snapshot)
         return Recall(source=self.name, system_blocks=(block,) if block else ())
 
+    def consumes(self, config: TokenConfig) -> bool:
+        return False  # curated documents change only through the admin API, never from chat
+
     async def remember(self, exchange: Exchange) -> None:
-        """Curated documents change only through the admin API, never from chat traffic."""
+        """Never called: `consumes` is always False."""
 
     async def purge(self, token_id: int) -> None:
         await self._repo.purge(token_id)

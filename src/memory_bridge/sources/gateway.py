@@ -13,7 +13,13 @@ import httpx
 
 from memory_bridge.messages import Message
 from memory_bridge.sources import gateway_client as gw
-from memory_bridge.sources.base import Exchange, OnRecallFailure, Recall
+from memory_bridge.sources.base import (
+    Exchange,
+    OnRecallFailure,
+    OutcomeUnknown,
+    PermanentFailure,
+    Recall,
+)
 from memory_bridge.storage.events import EventLog
 from memory_bridge.tenancy.config import TokenConfig
 from memory_bridge.tenancy.memory_config import DegradedWarning, gateway_status
@@ -21,11 +27,18 @@ from memory_bridge.turn import Turn
 
 log = logging.getLogger(__name__)
 
+# The steps of a Gateway job, recorded durably (docs/events.md).
+ADD_IN_FLIGHT, ADD_OK, ADD_FAILED, ADD_UNKNOWN = (
+    "add_in_flight",
+    "add_ok",
+    "add_failed",
+    "add_unknown",
+)
+
 
 class MemoryGateway:
     name = "gateway"
     on_recall_failure = OnRecallFailure.BEST_EFFORT
-    remember_inline = False
 
     def __init__(
         self, client: httpx.AsyncClient, events: EventLog, degraded: DegradedWarning
@@ -33,6 +46,9 @@ class MemoryGateway:
         self._client = client
         self._events = events
         self._degraded = degraded
+
+    def consumes(self, config: TokenConfig) -> bool:
+        return config.memory_config.gateway is not None
 
     async def recall(self, turn: Turn) -> Recall:
         cfg = turn.config.memory_config.gateway
@@ -59,6 +75,14 @@ class MemoryGateway:
         return Recall(source=self.name, system_blocks=rule, reference=reference)
 
     async def remember(self, exchange: Exchange) -> None:
+        """Add the turn, then flush its session: the add at most once.
+
+        A Gateway add is not idempotent, so it is never repeated automatically: the job
+        records `add_in_flight` before sending; a job found in that step again (its worker
+        died mid-add) ends `add_unknown`, as does an add whose outcome cannot be known (a
+        timeout after sending, a 5xx). A definite refusal ends `add_failed`. After `add_ok`,
+        only the flush is left, and it may run again.
+        """
         turn = exchange.turn
         cfg = turn.config.memory_config.gateway
         reply = exchange.reply.content or ""
@@ -66,20 +90,35 @@ class MemoryGateway:
         if cfg is None or not exchange.reply.has_text or not turn.query:
             return
         session = gw.gateway_session_id(turn.scope.session)
-        try:
-            await gw.add(
-                self._client,
-                cfg,
-                session_id=turn.scope.session,
-                user_text=turn.query,
-                assistant_text=reply,
+        if exchange.resumed_step in (ADD_IN_FLIGHT, ADD_UNKNOWN):
+            await self._step(exchange, ADD_UNKNOWN)
+            await self._audit(
+                turn, "memory_gateway_add_failed", {"operation": "add", "category": "unknown"}
             )
-        except gw.GatewayError as exc:
-            await self._audit(turn, "memory_gateway_add_failed", _failure(exc))
-            return
-        await self._audit(
-            turn, "memory_gateway_add_succeeded", {"gateway_session": session, "message_count": 2}
-        )
+            raise OutcomeUnknown("the Gateway add was in flight when its worker stopped")
+        if exchange.resumed_step != ADD_OK:
+            await self._step(exchange, ADD_IN_FLIGHT)
+            try:
+                await gw.add(
+                    self._client,
+                    cfg,
+                    session_id=turn.scope.session,
+                    user_text=turn.query,
+                    assistant_text=reply,
+                )
+            except gw.GatewayError as exc:
+                await self._audit(turn, "memory_gateway_add_failed", _failure(exc))
+                if _ambiguous(exc):
+                    await self._step(exchange, ADD_UNKNOWN)
+                    raise OutcomeUnknown(str(exc)) from None
+                await self._step(exchange, ADD_FAILED)
+                raise PermanentFailure(str(exc)) from None
+            await self._step(exchange, ADD_OK)
+            await self._audit(
+                turn,
+                "memory_gateway_add_succeeded",
+                {"gateway_session": session, "message_count": 2},
+            )
         try:
             await gw.flush(self._client, cfg, session_id=turn.scope.session)
         except gw.GatewayError as exc:
@@ -87,6 +126,11 @@ class MemoryGateway:
             await self._audit(turn, "memory_gateway_flush_failed", data)
             return
         await self._audit(turn, "memory_gateway_flush_succeeded", {"gateway_session": session})
+
+    @staticmethod
+    async def _step(exchange: Exchange, name: str) -> None:
+        if exchange.progress is not None:
+            await exchange.progress.step(name)
 
     async def purge(self, token_id: int) -> None:
         """Gateway memories belong to the Gateway user, not to this token: nothing to delete."""
@@ -99,6 +143,17 @@ class MemoryGateway:
             await self._events.record(turn.scope, type_, turn.request_id, data)
         except Exception as exc:  # an audit write must never break the turn it describes
             log.error("could not record %s: %s", type_, type(exc).__name__)
+
+
+def _ambiguous(exc: gw.GatewayError) -> bool:
+    """Whether the add may have been stored although it failed: a timeout (the request may
+    have arrived), a 5xx (the server may have stored it before failing), or a reply we could
+    not read. Refused connections and 4xx answers are definite."""
+    if exc.category == "timeout":
+        return True
+    if exc.category in ("http_error", "invalid_json", "invalid_shape"):
+        return exc.status is None or exc.status >= 500 or exc.status < 400
+    return False
 
 
 def _failure(exc: gw.GatewayError) -> dict[str, Any]:

@@ -2,51 +2,73 @@
 
 Clients differ: some send only the newest message and rely on the proxy for context, others
 resend the whole conversation every time. The stored tail is matched against the request so
-that neither injection nor storage duplicates what the request already carries.
+that neither injection nor storage duplicates what the request already carries. What is
+stored is bounded (`message_bounds`), and what is injected is bounded by a token budget as
+well as by count, so one huge old message is never re-sent forever.
 """
 
 from __future__ import annotations
 
-from memory_bridge.messages import conversation
+import logging
+
+from memory_bridge.message_bounds import bounded
+from memory_bridge.messages import Message, conversation
 from memory_bridge.sources.base import Exchange, OnRecallFailure, Recall
-from memory_bridge.storage.sessions import SessionRepository
+from memory_bridge.storage.sessions import SessionRepository, StoredMessage
 from memory_bridge.tenancy.config import TokenConfig
 from memory_bridge.turn import Turn
+
+log = logging.getLogger(__name__)
 
 
 class SessionHistory:
     name = "history"
     on_recall_failure = OnRecallFailure.INTERNAL_ERROR
-    remember_inline = True
 
-    def __init__(self, repo: SessionRepository) -> None:
+    def __init__(self, repo: SessionRepository, max_message_bytes: int, token_budget: int) -> None:
         self._repo = repo
+        self._max_bytes = max_message_bytes
+        self._budget = token_budget
 
     async def recall(self, turn: Turn) -> Recall:
         stored = await self._repo.window(turn.scope, turn.config.session_window_size)
         if not stored:
             return Recall(source=self.name)
-        carried, prefix = overlap(
-            [s.identity for s in stored], [m.identity() for m in conversation(turn.messages)]
-        )
-        return Recall(
-            source=self.name,
-            history=tuple(s.message for s in stored[: len(stored) - carried]),
-            stored_prefix=prefix,
-        )
+        # The request's messages as they would have been stored, so a resent huge message
+        # matches its truncated stored copy.
+        request = [bounded(m, self._max_bytes).identity() for m in conversation(turn.messages)]
+        carried, prefix = overlap([s.identity for s in stored], request)
+        injected = within_budget(stored[: len(stored) - carried], self._budget)
+        return Recall(source=self.name, history=injected, stored_prefix=prefix)
+
+    def consumes(self, config: TokenConfig) -> bool:
+        # Stored in the turn's own transaction: session history is a projection of the log.
+        return False
 
     async def remember(self, exchange: Exchange) -> None:
-        reply = exchange.reply
-        items = list(exchange.new_messages)
-        if reply.content or reply.tool_calls:
-            items.append(reply.as_message())
-        await self._repo.append(exchange.turn.scope, items)
+        """Never called: `consumes` is always False."""
 
     async def purge(self, token_id: int) -> None:
         await self._repo.purge(token_id)
 
     def describe(self, config: TokenConfig) -> str:
-        return f"on (last {config.session_window_size} messages)"
+        return f"on (last {config.session_window_size} messages, at most {self._budget} tokens)"
+
+
+def within_budget(window: list[StoredMessage], budget: int) -> tuple[Message, ...]:
+    """The newest messages of `window` whose tokens fit in `budget`, oldest first.
+
+    A cut never leaves a tool result without the assistant message that called it: the
+    upstream would refuse the orphan.
+    """
+    spent = 0
+    start = len(window)
+    while start > 0 and spent + window[start - 1].tokens <= budget:
+        start -= 1
+        spent += window[start].tokens
+    while start < len(window) and window[start].message.role == "tool":
+        start += 1
+    return tuple(s.message for s in window[start:])
 
 
 def overlap(stored: list[str], request: list[str]) -> tuple[int, int]:

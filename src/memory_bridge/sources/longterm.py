@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 # their first 256 tokens: a pasted document must not turn a search into a 502.
 MAX_QUERY_CHARS = 4000
 MAX_STORED_CHARS = 8000
+# The metadata key tagging every memory with the event id of the turn it came from.
+EVENT_ID_KEY = "event_id"
 
 
 class LayerOff(Exception):
@@ -36,7 +38,6 @@ class LayerOff(Exception):
 class LongTermMemory:
     name = "longterm"
     on_recall_failure = OnRecallFailure.MEMORY_UNAVAILABLE
-    remember_inline = False
 
     def __init__(self, pool: Mem0Pool, search_timeout: float, store_timeout: float) -> None:
         self.pool = pool
@@ -47,6 +48,9 @@ class LongTermMemory:
         self._add_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = (
             weakref.WeakValueDictionary()
         )
+
+    def consumes(self, config: TokenConfig) -> bool:
+        return mem0_config.enabled(config)
 
     async def recall(self, turn: Turn) -> Recall:
         config = turn.config
@@ -86,9 +90,27 @@ class LongTermMemory:
         lock = self._add_locks.get(ns)
         if lock is None:
             lock = self._add_locks[ns] = asyncio.Lock()
+        tag = {EVENT_ID_KEY: exchange.event_id} if exchange.event_id else None
         async with asyncio.timeout(self._store_timeout), lock:
-            added = await self.pool.add(spec, ns, messages, config.memory_prompt)
+            if tag is not None and exchange.attempt > 1:
+                # At least once made effectively once: what an earlier attempt of this turn
+                # wrote (tagged with the turn's event id) goes before the add is repeated.
+                removed = await self._forget_event(spec, ns, exchange.event_id)
+                if removed:
+                    log.info(
+                        "long-term memory: %d memory(ies) of an earlier attempt removed", removed
+                    )
+            added = await self.pool.add(spec, ns, messages, config.memory_prompt, tag)
         log.debug("long-term memory: %d memory(ies) added", added)
+
+    async def _forget_event(self, spec: mem0_config.Mem0Spec, ns: str, event_id: str) -> int:
+        removed = 0
+        for memory in await self.pool.list_memories(spec, ns):
+            if memory.metadata.get(EVENT_ID_KEY) == event_id and await self.pool.delete(
+                spec, memory.id
+            ):
+                removed += 1
+        return removed
 
     async def purge(self, token_id: int) -> None:
         await self.pool.purge(token_id)

@@ -126,12 +126,20 @@ class Mem0Pool:
         return await self._call(spec, run)
 
     async def add(
-        self, spec: Mem0Spec, namespace: str, messages: list[dict[str, str]], prompt: str | None
+        self,
+        spec: Mem0Spec,
+        namespace: str,
+        messages: list[dict[str, str]],
+        prompt: str | None,
+        metadata: dict[str, str] | None = None,
     ) -> int:
-        """Extract memories from `messages` (one LLM call) and store them; how many were added."""
+        """Extract memories from `messages` (one LLM call) and store them, each with
+        `metadata`; how many were added."""
 
         def run(memory: Any) -> int:
-            added = memory.add(messages, user_id=namespace, infer=True, prompt=prompt)
+            added = memory.add(
+                messages, user_id=namespace, infer=True, prompt=prompt, metadata=metadata
+            )
             return len(added.get("results", []))
 
         return await self._call(spec, run, write=True)
@@ -543,6 +551,24 @@ def _from_mem0(item: dict[str, Any]) -> StoredMemory:
     )
 
 
+# What Mem0 itself keeps in a point's payload; any other key is custom metadata.
+_MEM0_PAYLOAD_KEYS = frozenset(
+    {
+        "data",
+        "hash",
+        "user_id",
+        "agent_id",
+        "run_id",
+        "actor_id",
+        "role",
+        "created_at",
+        "updated_at",
+        "text_lemmatized",
+        "attributed_to",
+    }
+)
+
+
 def _from_point(point: Any) -> StoredMemory:
     payload: dict[str, Any] = point.payload or {}
     return StoredMemory(
@@ -551,6 +577,7 @@ def _from_point(point: Any) -> StoredMemory:
         namespace=str(payload.get("user_id") or ""),
         created_at=payload.get("created_at"),
         updated_at=payload.get("updated_at"),
+        metadata={str(k): str(v) for k, v in payload.items() if k not in _MEM0_PAYLOAD_KEYS},
     )
 
 

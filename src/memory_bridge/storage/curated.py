@@ -12,9 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sqlalchemy import Connection, bindparam, delete, or_, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Connection, bindparam, delete, or_, select
 
+from memory_bridge.events import log
+from memory_bridge.events.model import EventType, NewEvent, curated_aggregate
 from memory_bridge.storage.db import Database
 from memory_bridge.storage.tables import curated
 
@@ -58,19 +59,19 @@ class CuratedRepository:
             self.forget(token_id)
 
     async def _put(self, token_id: int, kind: Kind, user: str, body: str) -> None:
-        where = (curated.c.token_id == token_id, curated.c.kind == kind, curated.c.user_id == user)
-        async with self._db.begin() as s:
-            changed = await s.execute(update(curated).where(*where).values(body=body))
-            if changed.rowcount:  # type: ignore[attr-defined]
-                return
-        try:
-            async with self._db.begin() as s:
-                await s.execute(
-                    curated.insert().values(token_id=token_id, kind=kind, user_id=user, body=body)
-                )
-        except IntegrityError:  # a concurrent PUT inserted first: last writer wins
-            async with self._db.begin() as s:
-                await s.execute(update(curated).where(*where).values(body=body))
+        # The document is replaced by an event; the table row is its projection.
+        payload = {"kind": kind, "user": user, "body": body}
+        event = NewEvent(
+            EventType.CURATED_REPLACED,
+            curated_aggregate(token_id, kind, user),
+            payload,
+            {"source": "admin"},
+        )
+
+        def work(conn: Connection) -> None:
+            log.append(conn, token_id, [event])
+
+        await log.write_appending(self._db, work)
 
     async def snapshot(self, token_id: int, user: str) -> CuratedSnapshot:
         """Both documents in one read. An end user without a USER.md gets the token-wide one."""

@@ -31,7 +31,7 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 
-from memory_bridge.storage.tables import metadata
+from memory_bridge.storage.migrate import upgrade
 from memory_bridge.tenancy.private_files import private_dir, private_file, tighten
 
 log = logging.getLogger(__name__)
@@ -260,5 +260,6 @@ def session_factory(engine: AsyncEngine) -> Database:
 
 
 async def create_schema(engine: AsyncEngine) -> None:
+    """The schema at its newest revision: created, or migrated in place (storage.migrate)."""
     async with engine.begin() as conn:
-        await conn.run_sync(metadata.create_all)
+        await conn.run_sync(upgrade)

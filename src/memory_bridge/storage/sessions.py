@@ -13,6 +13,7 @@ from sqlalchemy import Connection, bindparam, delete, insert, select
 from memory_bridge.messages import Message
 from memory_bridge.storage.db import Database
 from memory_bridge.storage.tables import messages
+from memory_bridge.token_count import count_tokens
 from memory_bridge.turn import Scope
 
 # What a stored message keeps: enough to restore a tool-call chain, nothing injected or private.
@@ -38,12 +39,14 @@ _APPEND = insert(messages)
 class StoredMessage:
     message: Message
     identity: str  # Message.identity() of `message`
+    tokens: int  # its text's token count, for the history budget
 
 
 class SessionRepository:
     def __init__(self, db: Database) -> None:
         self._db = db
-        self._identities: dict[int, tuple[int, str]] = {}  # row id -> (hash(body), digest)
+        # row id -> (hash(body), identity digest, tokens): a row's body never changes.
+        self._identities: dict[int, tuple[int, str, int]] = {}
 
     async def recent(self, scope: Scope, limit: int) -> list[Message]:
         return [s.message for s in await self.window(scope, limit)]
@@ -72,13 +75,13 @@ class SessionRepository:
             key = hash(body)
             known = memo.get(row_id)
             if known is not None and known[0] == key:
-                identity = known[1]
+                _, identity, tokens = known
             else:
-                identity = msg.identity()
+                identity, tokens = msg.identity(), message_tokens(msg)
                 if len(memo) >= _IDENTITY_MEMO_LIMIT:
                     memo.clear()
-                memo[row_id] = (key, identity)
-            window.append(StoredMessage(msg, identity))
+                memo[row_id] = (key, identity, tokens)
+            window.append(StoredMessage(msg, identity, tokens))
         return window
 
     async def append(self, scope: Scope, items: Sequence[Message]) -> None:
@@ -90,7 +93,7 @@ class SessionRepository:
                 "user_id": scope.user,
                 "session_id": scope.session,
                 "role": m.role,
-                "body": json.dumps(_stored_form(m), ensure_ascii=False),
+                "body": json.dumps(stored_form(m), ensure_ascii=False),
             }
             for m in items
         ]
@@ -113,7 +116,15 @@ def _parse(body: str) -> Message:
         return Message.model_validate(json.loads(body))
 
 
-def _stored_form(msg: Message) -> dict[str, Any]:
+def message_tokens(msg: Message) -> int:
+    """What a message costs in a prompt, roughly: its text and its tool calls' arguments."""
+    calls = "".join(
+        str((c.get("function") or {}).get("arguments", "")) for c in msg.tool_calls or []
+    )
+    return count_tokens(msg.text()) + count_tokens(calls)
+
+
+def stored_form(msg: Message) -> dict[str, Any]:
     data = msg.model_dump(include=set(_KEPT_FIELDS), exclude_none=True)
     data.setdefault("content", None)
     return data

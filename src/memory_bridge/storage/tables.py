@@ -7,12 +7,14 @@ from sqlalchemy import (
     Boolean,
     Column,
     DateTime,
+    Float,
     Index,
     Integer,
     MetaData,
     String,
     Table,
     Text,
+    UniqueConstraint,
     func,
 )
 
@@ -71,4 +73,50 @@ curated = Table(
     Column("user_id", String(200), primary_key=True),
     Column("body", Text, nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
+# The memory event log: append-only, the source of truth for memory state. `messages` and
+# `curated` are its projections (docs/events.md). Two writers can never both append version n
+# of one aggregate: the pair is unique.
+memory_events = Table(
+    "memory_events",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("event_id", String(36), nullable=False, unique=True),
+    Column("token_id", Integer, nullable=False),
+    Column("type", String(40), nullable=False),
+    Column("aggregate_id", String(700), nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("payload", Text, nullable=False),
+    Column("embed_model", String(200), nullable=True),
+    Column("meta", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    UniqueConstraint("aggregate_id", "version", name="uq_memory_events_aggregate_version"),
+    Index("ix_memory_events_token", "token_id", "id"),
+    sqlite_autoincrement=True,
+)
+
+# After-turn work: one job per (event, consumer), inserted in the event's transaction.
+# Times are epoch seconds (float) so both databases compare them the same way.
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("event_id", String(36), nullable=False),
+    Column("consumer", String(20), nullable=False),
+    Column("token_id", Integer, nullable=False),
+    Column("order_key", String(700), nullable=False),
+    Column("status", String(12), nullable=False),
+    Column("step", String(20), nullable=True),
+    Column("attempts", Integer, nullable=False, server_default="0"),
+    Column("lease_owner", String(80), nullable=True),
+    Column("lease_expires_at", Float, nullable=True),
+    Column("next_attempt_at", Float, nullable=False),
+    Column("last_error", String(300), nullable=True),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    UniqueConstraint("event_id", "consumer", name="uq_jobs_event_consumer"),
+    Index("ix_jobs_claim", "status", "next_attempt_at"),
+    Index("ix_jobs_order", "order_key", "consumer", "id"),
+    Index("ix_jobs_token", "token_id", "status"),
 )

@@ -1,0 +1,1 @@
+"""The memory event log, its projections, and the durable job queue of after-turn work."""

@@ -1,0 +1,63 @@
+"""Job consumers: the memory sources whose work happens after the turn, fed from the log.
+
+A job carries only its event id; the turn is rebuilt from the event's payload and the token's
+current configuration (a token deleted meanwhile means nothing is left to do).
+"""
+
+from __future__ import annotations
+
+from memory_bridge.events.model import StoredEvent
+from memory_bridge.events.queue import Job
+from memory_bridge.messages import Message
+from memory_bridge.sources.base import Exchange, JobStep, MemorySource
+from memory_bridge.storage.tokens import TokenStore
+from memory_bridge.tenancy.config import TokenConfig
+from memory_bridge.turn import Reply, Scope, Turn
+
+
+class SourceConsumer:
+    """Runs `source.remember` for the turn an event records."""
+
+    def __init__(self, source: MemorySource, tokens: TokenStore) -> None:
+        self.name = source.name
+        self._source = source
+        self._tokens = tokens
+
+    async def run(self, job: Job, event: StoredEvent, progress: JobStep) -> None:
+        record = await self._tokens.get(event.token_id)
+        if record is None or record.config is None:
+            return  # the token is gone or unusable: nothing to remember for it
+        await self._source.remember(rebuild_exchange(event, record.config, job, progress))
+
+
+def rebuild_exchange(
+    event: StoredEvent, config: TokenConfig, job: Job, progress: JobStep
+) -> Exchange:
+    """The completed turn a `session.appended` event records: its new messages, then the
+    reply as the last stored message (when the turn had one)."""
+    data = event.payload
+    scope = Scope(token_id=event.token_id, user=data["user"], session=data["session"])
+    stored = [Message.model_validate(m) for m in data["messages"]]
+    last = stored[-1] if stored and stored[-1].role == "assistant" else None
+    new_messages = tuple(stored[:-1] if last is not None else stored)
+    reply = Reply(
+        content=last.content if last is not None and isinstance(last.content, str) else None,
+        tool_calls=tuple(last.tool_calls or ()) if last is not None else (),
+        finish_reason=data.get("finish_reason"),
+    )
+    turn = Turn(
+        request_id=str(event.meta.get("request_id", "")),
+        scope=scope,
+        config=config,
+        messages=new_messages,
+        query=str(data.get("query", "")),
+    )
+    return Exchange(
+        turn=turn,
+        new_messages=new_messages,
+        reply=reply,
+        event_id=event.event_id,
+        attempt=job.attempts,
+        resumed_step=job.step,
+        progress=progress,
+    )

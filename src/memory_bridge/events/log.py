@@ -1,0 +1,173 @@
+"""Appending to the memory event log, with its projections applied in the same transaction.
+
+Everything here is a plain function of a synchronous SQLAlchemy `Connection` inside a write
+unit (`Database.write`), so an event, its projection rows and its jobs commit together or not
+at all. Versions are per aggregate and unique with it: a second writer of the same version
+fails on the constraint instead of silently interleaving.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from sqlalchemy import Connection, bindparam, delete, func, insert, select
+from sqlalchemy.exc import IntegrityError
+
+from memory_bridge.events.model import NewEvent, StoredEvent
+from memory_bridge.events.projections import PROJECTION_TABLES, project
+from memory_bridge.storage.db import Database
+from memory_bridge.storage.tables import jobs, memory_events
+
+T = TypeVar("T")
+
+_VERSION = select(func.max(memory_events.c.version)).where(
+    memory_events.c.aggregate_id == bindparam("aggregate_id")
+)
+_INSERT = insert(memory_events)
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def current_version(conn: Connection, aggregate_id: str) -> int:
+    return int(conn.execute(_VERSION, {"aggregate_id": aggregate_id}).scalar() or 0)
+
+
+def append(
+    conn: Connection,
+    token_id: int,
+    events: Sequence[NewEvent],
+    *,
+    versions: dict[str, int] | None = None,
+) -> list[StoredEvent]:
+    """Append `events` in order, project each, and return them as stored.
+
+    `versions` carries the aggregates' current versions when the caller already read them
+    (one query fewer on the hot path); the database's unique constraint guards either way.
+    """
+    known = dict(versions or {})
+    now = datetime.now(UTC)
+    rows: list[dict[str, Any]] = []
+    for event in events:
+        version = known.get(event.aggregate_id)
+        if version is None:
+            version = current_version(conn, event.aggregate_id)
+        version += 1
+        known[event.aggregate_id] = version
+        rows.append(
+            {
+                "event_id": event.event_id,
+                "token_id": token_id,
+                "type": str(event.type),
+                "aggregate_id": event.aggregate_id,
+                "version": version,
+                "payload": dumps(event.payload),
+                "embed_model": event.embed_model,
+                "meta": dumps(event.meta),
+                "created_at": now,
+            }
+        )
+    if not rows:
+        return []
+    ids = (
+        conn.execute(_INSERT.returning(memory_events.c.id, sort_by_parameter_order=True), rows)
+        .scalars()
+        .all()
+    )
+    stored = [
+        StoredEvent(
+            id=int(row_id),
+            event_id=row["event_id"],
+            token_id=token_id,
+            type=row["type"],
+            aggregate_id=row["aggregate_id"],
+            version=row["version"],
+            payload=event.payload,
+            meta=event.meta,
+            embed_model=event.embed_model,
+            created_at=now,
+        )
+        for row_id, row, event in zip(ids, rows, events, strict=True)
+    ]
+    for appended in stored:
+        project(conn, appended, now)
+    return stored
+
+
+def read(
+    conn: Connection, *, token_id: int | None = None, after: int = 0, limit: int = 1000
+) -> list[StoredEvent]:
+    """Events in log order (by id), optionally of one token, after the id `after`."""
+    query = select(memory_events).where(memory_events.c.id > after).order_by(memory_events.c.id)
+    if token_id is not None:
+        query = query.where(memory_events.c.token_id == token_id)
+    return [stored_event(row) for row in conn.execute(query.limit(limit))]
+
+
+def iterate(
+    conn: Connection, *, token_id: int | None = None, batch: int = 1000
+) -> Iterator[StoredEvent]:
+    after = 0
+    while True:
+        page = read(conn, token_id=token_id, after=after, limit=batch)
+        yield from page
+        if len(page) < batch:
+            return
+        after = page[-1].id
+
+
+def replay(conn: Connection, events: Iterable[StoredEvent]) -> int:
+    """Project `events` again, each with its original time; returns how many."""
+    count = 0
+    for event in events:
+        project(conn, event, event.created_at)
+        count += 1
+    return count
+
+
+def stored_event(row: Any) -> StoredEvent:
+    return StoredEvent(
+        id=int(row.id),
+        event_id=row.event_id,
+        token_id=int(row.token_id),
+        type=row.type,
+        aggregate_id=row.aggregate_id,
+        version=int(row.version),
+        payload=json.loads(row.payload),
+        meta=json.loads(row.meta),
+        embed_model=row.embed_model,
+        created_at=row.created_at,
+    )
+
+
+async def write_appending(db: Database, work: Callable[[Connection], T], attempts: int = 5) -> T:
+    """`db.write(work)` for work that appends events, retried when another writer appended
+    the same aggregate version first (two turns of one session at once, on PostgreSQL;
+    SQLite's writers take turns). Each retry reads the versions afresh."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return await db.write(work)
+        except IntegrityError:
+            if attempt == attempts:
+                raise
+    raise AssertionError("unreachable")
+
+
+def rebuild_projections(conn: Connection) -> int:
+    """Drop every projection table, make it anew and replay the whole log into it; returns
+    how many events were replayed. The tables come out byte-identical: rows hold only what
+    the events say."""
+    for table in PROJECTION_TABLES:
+        table.drop(conn)
+        table.create(conn)
+    return replay(conn, iterate(conn))
+
+
+def purge(conn: Connection, token_id: int) -> None:
+    """Every event and job of a token (a purged token leaves nothing behind)."""
+    conn.execute(delete(jobs).where(jobs.c.token_id == token_id))
+    conn.execute(delete(memory_events).where(memory_events.c.token_id == token_id))

@@ -1,0 +1,241 @@
+"""The durable job queue: one job per (event, consumer), leased by workers.
+
+A job is inserted in the transaction that appends its event, so a crash keeps both or
+neither. Workers claim jobs with `SELECT … FOR UPDATE SKIP LOCKED` on PostgreSQL and one
+`UPDATE … RETURNING` on SQLite (whose single writer makes the update atomic); a job whose
+lease expired is claimable again. Jobs of one `(token, user, session)` and consumer run in
+order: a job is claimable only while no earlier job of its order key is still pending or
+running, so a Gateway add→flush or consecutive turns never overtake each other.
+
+Statuses: `pending` (waiting, maybe until `next_attempt_at`), `running` (leased),
+`done`, `failed` (retries exhausted, or refused for good) and `unknown` (its outcome cannot be
+known and it must not be repeated automatically: a Gateway add that may have happened).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, and_, exists, func, insert, or_, select, update
+from sqlalchemy.orm import aliased
+
+from memory_bridge.storage.tables import jobs
+
+PENDING, RUNNING, DONE, FAILED, UNKNOWN = "pending", "running", "done", "failed", "unknown"
+OPEN = (PENDING, RUNNING)
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    id: int
+    event_id: str
+    consumer: str
+    token_id: int
+    order_key: str
+    step: str | None
+    attempts: int
+    lease_owner: str
+
+
+def enqueue(
+    conn: Connection, event_id: str, token_id: int, order_key: str, consumers: Sequence[str]
+) -> None:
+    if not consumers:
+        return
+    now = time.time()
+    conn.execute(
+        insert(jobs),
+        [
+            {
+                "event_id": event_id,
+                "consumer": consumer,
+                "token_id": token_id,
+                "order_key": order_key,
+                "status": PENDING,
+                "attempts": 0,
+                "next_attempt_at": now,
+                "created_at": now,
+                "updated_at": now,
+            }
+            for consumer in consumers
+        ],
+    )
+
+
+def _claimable(now: float) -> Any:
+    earlier = aliased(jobs)
+    blocked = exists().where(
+        earlier.c.order_key == jobs.c.order_key,
+        earlier.c.consumer == jobs.c.consumer,
+        earlier.c.id < jobs.c.id,
+        earlier.c.status.in_(OPEN),
+    )
+    due = or_(
+        and_(jobs.c.status == PENDING, jobs.c.next_attempt_at <= now),
+        and_(jobs.c.status == RUNNING, jobs.c.lease_expires_at < now),
+    )
+    return and_(due, ~blocked)
+
+
+def claim(
+    conn: Connection, owner: str, limit: int, lease: float, consumers: Sequence[str]
+) -> list[Job]:
+    """Lease up to `limit` claimable jobs of `consumers` to `owner` for `lease` seconds."""
+    now = time.time()
+    candidates = (
+        select(jobs.c.id)
+        .where(_claimable(now), jobs.c.consumer.in_(consumers))
+        .order_by(jobs.c.id)
+        .limit(limit)
+    )
+    if conn.dialect.name == "postgresql":
+        ids = list(conn.execute(candidates.with_for_update(skip_locked=True)).scalars())
+        if not ids:
+            return []
+        target = jobs.c.id.in_(ids)
+    else:
+        target = jobs.c.id.in_(candidates.scalar_subquery())
+    rows = conn.execute(
+        update(jobs)
+        .where(target)
+        .values(
+            status=RUNNING,
+            lease_owner=owner,
+            lease_expires_at=now + lease,
+            attempts=jobs.c.attempts + 1,
+            updated_at=now,
+        )
+        .returning(
+            jobs.c.id,
+            jobs.c.event_id,
+            jobs.c.consumer,
+            jobs.c.token_id,
+            jobs.c.order_key,
+            jobs.c.step,
+            jobs.c.attempts,
+        )
+    ).all()
+    return sorted(
+        (
+            Job(r.id, r.event_id, r.consumer, r.token_id, r.order_key, r.step, r.attempts, owner)
+            for r in rows
+        ),
+        key=lambda j: j.id,
+    )
+
+
+def _mine(job: Job) -> Any:
+    # A worker whose lease expired and was taken over must not overwrite the new owner's work.
+    return and_(
+        jobs.c.id == job.id, jobs.c.lease_owner == job.lease_owner, jobs.c.status == RUNNING
+    )
+
+
+def finish(conn: Connection, job: Job, status: str = DONE, error: str | None = None) -> bool:
+    now = time.time()
+    result = conn.execute(
+        update(jobs)
+        .where(_mine(job))
+        .values(
+            status=status, lease_owner=None, lease_expires_at=None, last_error=error, updated_at=now
+        )
+    )
+    return bool(result.rowcount)
+
+
+def retry_later(conn: Connection, job: Job, delay: float, error: str) -> bool:
+    now = time.time()
+    result = conn.execute(
+        update(jobs)
+        .where(_mine(job))
+        .values(
+            status=PENDING,
+            lease_owner=None,
+            lease_expires_at=None,
+            next_attempt_at=now + delay,
+            last_error=error,
+            updated_at=now,
+        )
+    )
+    return bool(result.rowcount)
+
+
+def set_step(conn: Connection, job: Job, step: str) -> bool:
+    """Record a consumer's progress inside a job (committed before the step's side effect)."""
+    result = conn.execute(update(jobs).where(_mine(job)).values(step=step, updated_at=time.time()))
+    return bool(result.rowcount)
+
+
+def release(conn: Connection, owner: str) -> int:
+    """Give back every job `owner` still holds (a worker stopping): claimable at once."""
+    result = conn.execute(
+        update(jobs)
+        .where(jobs.c.lease_owner == owner, jobs.c.status == RUNNING)
+        .values(status=PENDING, lease_owner=None, lease_expires_at=None, updated_at=time.time())
+    )
+    return int(result.rowcount)
+
+
+def requeue(conn: Connection, token_id: int, job_id: int) -> bool:
+    """An operator's retry of a failed or unknown job: pending again, attempts from zero."""
+    now = time.time()
+    result = conn.execute(
+        update(jobs)
+        .where(
+            jobs.c.id == job_id, jobs.c.token_id == token_id, jobs.c.status.in_((FAILED, UNKNOWN))
+        )
+        .values(status=PENDING, attempts=0, next_attempt_at=now, last_error=None, updated_at=now)
+    )
+    return bool(result.rowcount)
+
+
+def summary(conn: Connection, token_id: int) -> dict[str, Any]:
+    counts: dict[str, dict[str, int]] = {}
+    query = (
+        select(jobs.c.consumer, jobs.c.status, func.count())
+        .where(jobs.c.token_id == token_id)
+        .group_by(jobs.c.consumer, jobs.c.status)
+    )
+    for consumer, status, count in conn.execute(query):
+        counts.setdefault(consumer, {})[status] = int(count)
+    oldest = conn.execute(
+        select(func.min(jobs.c.created_at)).where(
+            jobs.c.token_id == token_id, jobs.c.status.in_(OPEN)
+        )
+    ).scalar()
+    age = None if oldest is None else max(0.0, time.time() - float(oldest))
+    return {"consumers": counts, "oldest_pending_age_seconds": age}
+
+
+def _item(row: Any) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "event_id": row.event_id,
+        "consumer": row.consumer,
+        "status": row.status,
+        "step": row.step,
+        "attempts": row.attempts,
+        "last_error": row.last_error,
+        "created_at": row.created_at,
+        "updated_at": row.updated_at,
+    }
+
+
+def one(conn: Connection, token_id: int, job_id: int) -> dict[str, Any] | None:
+    row = conn.execute(select(jobs).where(jobs.c.id == job_id, jobs.c.token_id == token_id)).first()
+    return None if row is None else _item(row)
+
+
+def listed(
+    conn: Connection, token_id: int, statuses: Sequence[str], limit: int
+) -> list[dict[str, Any]]:
+    query = (
+        select(jobs)
+        .where(jobs.c.token_id == token_id, jobs.c.status.in_(statuses))
+        .order_by(jobs.c.id)
+        .limit(limit)
+    )
+    return [_item(row) for row in conn.execute(query)]

@@ -1,0 +1,76 @@
+"""A completed turn recorded: one transaction appends its events, projects them into session
+history, and enqueues the after-turn jobs of every consumer that wants the turn.
+
+This is the commit point of a turn (the failure policy): when the transaction fails, nothing
+of the turn is stored and nothing will be done for it, and the caller says so to the client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from sqlalchemy import Connection
+
+from memory_bridge.events import log, queue
+from memory_bridge.events.model import EventType, NewEvent, StoredEvent, session_aggregate
+from memory_bridge.message_bounds import bounded, truncate
+from memory_bridge.messages import Message
+from memory_bridge.storage.db import Database
+from memory_bridge.storage.sessions import stored_form
+from memory_bridge.turn import Reply, Scope
+
+
+def turn_payload(
+    scope: Scope, messages: Sequence[Message], query: str, reply: Reply, max_bytes: int
+) -> dict[str, Any]:
+    """What a `session.appended` event of a completed turn says: the new messages and the
+    reply in their stored (bounded) form, the memory query, how the reply finished."""
+    return {
+        "user": scope.user,
+        "session": scope.session,
+        "messages": [stored_form(bounded(m, max_bytes)) for m in messages],
+        "query": truncate(query, max_bytes),
+        "finish_reason": reply.finish_reason,
+    }
+
+
+class TurnRecorder:
+    def __init__(self, db: Database, max_message_bytes: int) -> None:
+        self._db = db
+        self._max_bytes = max_message_bytes
+        self._listeners: list[Callable[[], None]] = []
+
+    def on_enqueued(self, listener: Callable[[], None]) -> None:
+        """Call `listener()` after a turn's jobs are committed (a worker's wake-up)."""
+        self._listeners.append(listener)
+
+    async def record(
+        self,
+        scope: Scope,
+        messages: Sequence[Message],
+        query: str,
+        reply: Reply,
+        consumers: Sequence[str],
+        meta: dict[str, Any],
+    ) -> StoredEvent:
+        payload = turn_payload(scope, messages, query, reply, self._max_bytes)
+        aggregate = session_aggregate(scope.token_id, scope.user, scope.session)
+        appended = NewEvent(EventType.SESSION_APPENDED, aggregate, payload, meta)
+        order_key = aggregate
+
+        def work(conn: Connection) -> StoredEvent:
+            version = log.current_version(conn, aggregate)
+            events = [appended]
+            if version == 0:
+                started = {"user": scope.user, "session": scope.session}
+                events.insert(0, NewEvent(EventType.SESSION_STARTED, aggregate, started, meta))
+            stored = log.append(conn, scope.token_id, events, versions={aggregate: version})
+            queue.enqueue(conn, appended.event_id, scope.token_id, order_key, consumers)
+            return stored[-1]
+
+        event = await log.write_appending(self._db, work)
+        if consumers:
+            for listener in self._listeners:
+                listener()
+        return event

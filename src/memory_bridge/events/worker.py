@@ -1,0 +1,197 @@
+"""A worker draining the job queue: claims jobs, runs each with its consumer, records the end.
+
+`serve` runs one in-process (the embedded case); `memory-bridge worker` runs one as its own
+process, and any number of them share a PostgreSQL queue. A job is leased, never locked for
+its whole run: a worker that dies leaves a lease that expires, and the job is claimed again.
+A failure is retried with exponential backoff up to `max_attempts`, then the job is
+`failed`, with its error (scrubbed of secrets) kept for the admin API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from sqlalchemy import Connection, select
+
+from memory_bridge.events import queue
+from memory_bridge.events.log import stored_event
+from memory_bridge.events.model import StoredEvent
+from memory_bridge.events.queue import Job
+from memory_bridge.sources.base import JobStep, OutcomeUnknown, PermanentFailure
+from memory_bridge.storage.db import Database
+from memory_bridge.storage.tables import memory_events
+
+log = logging.getLogger(__name__)
+
+
+class Consumer(Protocol):
+    name: str
+
+    async def run(self, job: Job, event: StoredEvent, progress: JobStep) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSettings:
+    concurrency: int = 8
+    lease: float = 180.0  # longer than any job may run (`job_timeout`)
+    job_timeout: float = 120.0
+    poll: float = 1.0
+    max_attempts: int = 5
+    backoff: float = 2.0  # seconds before the first retry; doubles each time
+    max_backoff: float = 300.0
+
+
+def worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class JobWorker:
+    def __init__(
+        self,
+        db: Database,
+        consumers: Mapping[str, Consumer],
+        settings: WorkerSettings,
+        scrub: Callable[[BaseException, int], Awaitable[str]] | None = None,
+    ) -> None:
+        self._db = db
+        self._consumers = dict(consumers)
+        self._settings = settings
+        self._scrub = scrub
+        self.owner = worker_id()
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._running: set[asyncio.Task[None]] = set()
+        self._loop_task: asyncio.Task[None] | None = None
+        self.completed = 0
+
+    def wake(self) -> None:
+        """New jobs were committed: look now rather than at the next poll."""
+        self._wake.set()
+
+    def start(self) -> None:
+        self._loop_task = asyncio.create_task(self.run(), name="memory-bridge-jobs")
+
+    async def run(self) -> None:
+        while not self._stopping:
+            free = self._settings.concurrency - len(self._running)
+            claimed: list[Job] = []
+            if free > 0:
+                try:
+                    claimed = await self._db.write(self._claim(free))
+                except Exception as exc:
+                    log.error("claiming jobs failed: %s", type(exc).__name__)
+            for job in claimed:
+                task = asyncio.create_task(self._run(job))
+                self._running.add(task)
+                task.add_done_callback(self._finished)
+            if claimed and len(claimed) == free:
+                continue  # more may be waiting
+            self._wake.clear()
+            try:
+                async with asyncio.timeout(self._settings.poll):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._running.discard(task)
+        self._wake.set()  # a slot is free, and the job's successor may now be claimable
+
+    def _claim(self, limit: int) -> Callable[[Connection], list[Job]]:
+        owner, lease, consumers = self.owner, self._settings.lease, tuple(self._consumers)
+
+        def work(conn: Connection) -> list[Job]:
+            return queue.claim(conn, owner, limit, lease, consumers)
+
+        return work
+
+    async def _run(self, job: Job) -> None:
+        consumer = self._consumers[job.consumer]
+        try:
+            event = await self._db.run(_load_event(job.event_id))
+            if event is None:  # its token was purged meanwhile
+                await self._end(job, queue.DONE, None)
+                return
+            async with asyncio.timeout(self._settings.job_timeout):
+                await consumer.run(job, event, _JobProgress(self._db, job))
+        except OutcomeUnknown as exc:
+            await self._end(job, queue.UNKNOWN, await self._describe(exc, job))
+        except PermanentFailure as exc:
+            await self._end(job, queue.FAILED, await self._describe(exc, job))
+        except asyncio.CancelledError:
+            raise  # stopping: the lease is released by `stop`
+        except Exception as exc:
+            error = await self._describe(exc, job)
+            if job.attempts >= self._settings.max_attempts:
+                log.error("job %d (%s) failed for good: %s", job.id, job.consumer, error)
+                await self._end(job, queue.FAILED, error)
+            else:
+                delay = min(
+                    self._settings.backoff * 2 ** (job.attempts - 1), self._settings.max_backoff
+                )
+                log.warning(
+                    "job %d (%s) will be retried in %.0fs: %s", job.id, job.consumer, delay, error
+                )
+                await self._write(lambda conn: queue.retry_later(conn, job, delay, error))
+        else:
+            await self._end(job, queue.DONE, None)
+            self.completed += 1
+
+    async def _describe(self, exc: BaseException, job: Job) -> str:
+        if self._scrub is not None:
+            return await self._scrub(exc, job.token_id)
+        return type(exc).__name__
+
+    async def _end(self, job: Job, status: str, error: str | None) -> None:
+        await self._write(lambda conn: queue.finish(conn, job, status, error))
+
+    async def _write(self, work: Callable[[Connection], bool]) -> None:
+        try:
+            if not await self._db.write(work):
+                log.warning("a job's lease was lost before it ended; its new owner decides")
+        except Exception as exc:
+            log.error("recording a job's end failed: %s", type(exc).__name__)
+
+    async def stop(self, timeout: float) -> None:
+        """Stop claiming, let in-flight jobs finish for up to `timeout`, release the rest."""
+        self._stopping = True
+        self._wake.set()
+        if self._loop_task is not None:
+            await asyncio.gather(self._loop_task, return_exceptions=True)
+        if self._running:
+            _, pending = await asyncio.wait(set(self._running), timeout=timeout)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        owner = self.owner
+        released = await self._db.write(lambda conn: queue.release(conn, owner))
+        if released:
+            log.info("released %d job lease(s) at shutdown", released)
+
+
+class _JobProgress:
+    def __init__(self, db: Database, job: Job) -> None:
+        self._db = db
+        self._job = job
+
+    async def step(self, name: str) -> None:
+        job = self._job
+        if not await self._db.write(lambda conn: queue.set_step(conn, job, name)):
+            raise asyncio.CancelledError  # our lease is gone: another worker owns the job now
+
+
+def _load_event(event_id: str) -> Callable[[Connection], StoredEvent | None]:
+    def work(conn: Connection) -> StoredEvent | None:
+        row = conn.execute(
+            select(memory_events).where(memory_events.c.event_id == event_id)
+        ).first()
+        return None if row is None else stored_event(row)
+
+    return work

@@ -1,0 +1,153 @@
+"""The long-lived parts `serve` and `worker` share: database, memory sources, token store,
+and the job worker that feeds the after-turn consumers from the event log."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+import httpx
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from memory_bridge.events.consumers import SourceConsumer
+from memory_bridge.events.worker import JobWorker, WorkerSettings
+from memory_bridge.settings import Settings
+from memory_bridge.sources.base import MemorySource
+from memory_bridge.sources.curated import CuratedMemory
+from memory_bridge.sources.gateway import MemoryGateway
+from memory_bridge.sources.history import SessionHistory
+from memory_bridge.sources.longterm import LongTermMemory
+from memory_bridge.sources.mem0_pool import Mem0Pool, PoolPaths
+from memory_bridge.storage.curated import CuratedRepository
+from memory_bridge.storage.db import Database, create_engine, create_schema, session_factory
+from memory_bridge.storage.events import EventLog
+from memory_bridge.storage.sessions import SessionRepository
+from memory_bridge.storage.tokens import TokenStore
+from memory_bridge.tenancy import encryption
+from memory_bridge.tenancy.config import config_secrets
+from memory_bridge.tenancy.memory_config import DegradedWarning
+from memory_bridge.tenancy.private_files import private_dir
+from memory_bridge.tenancy.secrets import scrub
+
+log = logging.getLogger(__name__)
+
+
+def prepare_mem0_environment(settings: Settings) -> None:
+    """Mem0 reads these when it is first imported (lazily, by the pool): no telemetry, and its
+    files under the data directory rather than in the home directory. The local embedder loads
+    models from disk only, unless the operator allows the Hugging Face hub explicitly."""
+    os.environ["MEM0_TELEMETRY"] = "False"
+    os.environ["MEM0_DIR"] = str(settings.mem0_dir.resolve())
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def load_cipher(settings: Settings) -> encryption.SecretCipher:
+    """The key of the provider keys in token configs (`MEMORY_BRIDGE_SECRET_KEY`, else the key
+    file, made if missing); the data directory that holds the file is made owner-only first."""
+    private_dir(settings.memory_bridge_data_dir)
+    return encryption.load_cipher(
+        settings.memory_bridge_secret_key, settings.resolved_secret_key_path
+    )
+
+
+def create_long_term_memory(settings: Settings) -> LongTermMemory:
+    pool = Mem0Pool(
+        PoolPaths(
+            qdrant_path=settings.resolved_qdrant_path,
+            qdrant_url=settings.resolved_qdrant_url,
+            qdrant_api_key=settings.qdrant_api_key,
+            mem0_dir=settings.mem0_dir,
+        ),
+        threads=settings.memory_threads,
+        embed_timeout=settings.memory_search_timeout,
+        llm_timeout=settings.memory_store_timeout,
+    )
+    return LongTermMemory(pool, settings.memory_search_timeout, settings.memory_store_timeout)
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    engine: AsyncEngine
+    db: Database
+    client: httpx.AsyncClient
+    tokens: TokenStore
+    audit: EventLog
+    curated: CuratedRepository
+    degraded: DegradedWarning
+    longterm: LongTermMemory
+    sources: tuple[MemorySource, ...]
+
+    def create_worker(self) -> JobWorker:
+        settings = self.settings
+        consumers = {
+            s.name: SourceConsumer(s, self.tokens)
+            for s in self.sources
+            if s.name in (MemoryGateway.name, LongTermMemory.name)
+        }
+        worker_settings = WorkerSettings(
+            concurrency=settings.job_concurrency,
+            lease=settings.job_lease_seconds,
+            job_timeout=settings.memory_store_timeout,
+            poll=settings.job_poll_seconds,
+            max_attempts=settings.job_max_attempts,
+            backoff=settings.job_backoff_seconds,
+        )
+        return JobWorker(self.db, consumers, worker_settings, self._scrubbed)
+
+    async def _scrubbed(self, exc: BaseException, token_id: int) -> str:
+        """An error's text fit to store: every secret of the token's config replaced."""
+        record = await self.tokens.get(token_id)
+        secrets = config_secrets(record.config) if record and record.config else ()
+        return f"{type(exc).__name__}: {scrub(exc, secrets)}"[:300]
+
+    async def close(self) -> None:
+        await self.longterm.pool.close_all(self.settings.background_drain_timeout)
+        await self.client.aclose()
+        await self.db.close()
+        await self.engine.dispose()
+
+
+async def open_runtime(settings: Settings) -> Runtime:
+    engine = create_engine(settings.resolved_database_url)
+    await create_schema(engine)
+    db = session_factory(engine)
+    client = httpx.AsyncClient(
+        timeout=httpx.Timeout(settings.http_timeout, connect=settings.http_connect_timeout),
+        limits=httpx.Limits(
+            max_connections=settings.http_max_connections,
+            max_keepalive_connections=settings.http_max_keepalive,
+        ),
+        follow_redirects=False,
+    )
+    audit = EventLog(db)
+    curated = CuratedRepository(db, settings.token_cache_ttl)
+    degraded = DegradedWarning()
+    prepare_mem0_environment(settings)
+    longterm = create_long_term_memory(settings)
+    # Order matters only for the system prompt: curated blocks come before the rule.
+    sources: tuple[MemorySource, ...] = (
+        CuratedMemory(curated),
+        SessionHistory(
+            SessionRepository(db), settings.max_stored_message_bytes, settings.history_token_budget
+        ),
+        MemoryGateway(client, audit, degraded),
+        longterm,
+    )
+    tokens = await TokenStore.open(db, settings.token_cache_ttl, load_cipher(settings))
+    tokens.on_change(longterm.pool.invalidate)
+    tokens.on_change(curated.forget)
+    return Runtime(
+        settings=settings,
+        engine=engine,
+        db=db,
+        client=client,
+        tokens=tokens,
+        audit=audit,
+        curated=curated,
+        degraded=degraded,
+        longterm=longterm,
+        sources=sources,
+    )
