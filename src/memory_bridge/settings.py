@@ -61,6 +61,12 @@ class Settings(BaseSettings):
 
     token_cache_ttl: float = Field(default=5.0, ge=0)
 
+    # Context traces (what each chat request was given, and why), kept per token.
+    trace_retention_count: int = Field(default=1000, gt=0)
+    trace_retention_seconds: float = Field(default=7 * 86400.0, gt=0)
+    # Recalled memory placed in a prompt is fitted to this many tokens (the Context Forge).
+    memory_token_budget: int = Field(default=1500, gt=0)
+
     # The durable job queue (docs/operations.md). `serve` drains it too unless told not to.
     serve_worker: bool = True
     job_concurrency: int = Field(default=8, gt=0, le=256)

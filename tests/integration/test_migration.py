@@ -11,6 +11,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from alembic.config import Config
+from alembic.script import ScriptDirectory
 from sqlalchemy import inspect
 
 from memory_bridge.app import create_app
@@ -75,7 +77,14 @@ def test_an_old_database_is_migrated_and_backfilled_once(
     # The second start backfilled nothing more; only the new turn was appended.
     types = [t for (t,) in _rows(db_path, "select type from memory_events")]
     assert types.count("session.appended") == len(old_messages) + 1
-    assert _rows(db_path, "select version_num from alembic_version") == [("0002",)]
+    head = ScriptDirectory.from_config(_config_for_head()).get_current_head()
+    assert _rows(db_path, "select version_num from alembic_version") == [(head,)]
+
+
+def _config_for_head() -> Config:
+    config = Config()
+    config.set_main_option("script_location", "memory_bridge.storage:migrations")
+    return config
 
 
 def test_migrations_make_exactly_the_declared_schema(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from memory_bridge.events import queue
 from memory_bridge.events.log import stored_event
 from memory_bridge.events.model import StoredEvent
 from memory_bridge.events.queue import Job
+from memory_bridge.request_context import request_id_var
 from memory_bridge.sources.base import JobStep, OutcomeUnknown, PermanentFailure
 from memory_bridge.storage.db import Database
 from memory_bridge.storage.tables import memory_events
@@ -119,6 +120,8 @@ class JobWorker:
             if event is None:  # its token was purged meanwhile
                 await self._end(job, queue.DONE, None)
                 return
+            # The job's log lines carry the request id of the turn it works for.
+            request_id_var.set(str(event.meta.get("request_id") or "-"))
             async with asyncio.timeout(self._settings.job_timeout):
                 await consumer.run(job, event, _JobProgress(self._db, job))
         except OutcomeUnknown as exc:
@@ -129,15 +132,26 @@ class JobWorker:
             raise  # stopping: the lease is released by `stop`
         except Exception as exc:
             error = await self._describe(exc, job)
+            attempts = f"attempt {job.attempts} of {self._settings.max_attempts}"
             if job.attempts >= self._settings.max_attempts:
-                log.error("job %d (%s) failed for good: %s", job.id, job.consumer, error)
+                log.error(
+                    "%s.remember failed (%s, job %d failed): %s",
+                    job.consumer,
+                    attempts,
+                    job.id,
+                    error,
+                )
                 await self._end(job, queue.FAILED, error)
             else:
                 delay = min(
                     self._settings.backoff * 2 ** (job.attempts - 1), self._settings.max_backoff
                 )
-                log.warning(
-                    "job %d (%s) will be retried in %.0fs: %s", job.id, job.consumer, delay, error
+                log.error(
+                    "%s.remember failed (%s, retried in %.0fs): %s",
+                    job.consumer,
+                    attempts,
+                    delay,
+                    error,
                 )
                 await self._write(lambda conn: queue.retry_later(conn, job, delay, error))
         else:

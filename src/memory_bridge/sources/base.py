@@ -11,6 +11,7 @@ import enum
 from dataclasses import dataclass
 from typing import Protocol
 
+from memory_bridge.candidates import Candidate
 from memory_bridge.messages import Message
 from memory_bridge.tenancy.config import TokenConfig
 from memory_bridge.turn import Reply, Turn
@@ -32,6 +33,9 @@ class Recall:
     reference: Message | None = None  # an ephemeral message placed before history
     history: tuple[Message, ...] = ()  # stored conversation, oldest first
     stored_prefix: int = 0  # leading request messages (system excluded) already stored
+    # Ranked items for the Context Forge (with scores and lineage); a source that gives
+    # plain `memories` instead is taken as one list in its own order.
+    candidates: tuple[Candidate, ...] = ()
 
     @property
     def injected(self) -> int:

@@ -120,3 +120,17 @@ jobs = Table(
     Index("ix_jobs_order", "order_key", "consumer", "id"),
     Index("ix_jobs_token", "token_id", "status"),
 )
+
+# The context trace of each chat request with memory (what was injected and why), kept for a
+# bounded count and age per token (TRACE_RETENTION_*).
+context_traces = Table(
+    "context_traces",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("token_id", Integer, nullable=False),
+    Column("request_id", String(16), nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("body", Text, nullable=False),
+    Index("ix_context_traces_request", "token_id", "request_id"),
+    Index("ix_context_traces_age", "token_id", "created_at"),
+)

@@ -1,0 +1,58 @@
+"""What a source hands the forge: candidates with their lineage and their scores, and what
+the forge hands back: each candidate's fate, for the prompt and for the trace."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One recalled item. Ranks are 1-based positions in a source's own ranked list (dense
+    or sparse); a list the candidate is absent from leaves its rank None."""
+
+    source: str  # "episodic", "longterm", …
+    id: str  # the source's id (a point id, a memory id, a message id)
+    text: str
+    dense_rank: int | None = None
+    sparse_rank: int | None = None
+    dense_score: float | None = None
+    sparse_score: float | None = None
+    created_at: float | None = None  # epoch seconds, for recency
+    importance: float | None = None  # 0..1 where the source has one
+    vector: tuple[float, ...] | None = None  # for near-duplicate detection, when known
+    lineage: dict[str, str] = field(default_factory=dict)  # event id, session, …
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+class Drop(StrEnum):
+    THRESHOLD = "threshold"
+    DUPLICATE = "duplicate"
+    IN_PROMPT = "in_prompt"  # the history window or the request already carries it
+    BUDGET = "budget"
+
+
+@dataclass(frozen=True, slots=True)
+class Scored:
+    candidate: Candidate
+    fused: float  # weighted reciprocal-rank fusion of the dense and sparse ranks
+    recency: float  # 0..1, 1 = now
+    final: float
+    rank: int = 0  # 1-based position after ranking
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """A candidate's fate: kept (with its token count) or dropped (with the reason and, for
+    a duplicate, what it duplicated)."""
+
+    scored: Scored
+    kept: bool
+    tokens: int = 0
+    reason: Drop | None = None
+    duplicate_of: str | None = None

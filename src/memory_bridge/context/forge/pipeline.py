@@ -1,0 +1,99 @@
+"""The forge between recall and placement: every source's candidates ranked together,
+filtered against each other and against what the prompt already carries, fitted to the token
+budget; the kept ones handed back to their sources' recalls, and a trace of it all.
+
+Sources that give ranked candidates (`Recall.candidates`) are fused by their dense and sparse
+ranks; a source that gives plain `memories` (in its own order) counts as one dense list. The
+Gateway's reference stays a separate, labelled block (the hybrid design's contract): it is
+counted in the trace but never merged or deduplicated with other memory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from memory_bridge.candidates import Candidate, Outcome
+from memory_bridge.context.forge.rank import RankWeights, rank
+from memory_bridge.context.forge.select import SelectRules, select
+from memory_bridge.context.forge.trace import build
+from memory_bridge.messages import Message
+from memory_bridge.sources.base import Recall
+
+
+@dataclass(frozen=True, slots=True)
+class ForgeRules:
+    weights: RankWeights = field(default_factory=RankWeights)
+    rules: SelectRules = field(default_factory=SelectRules)
+
+
+@dataclass(frozen=True, slots=True)
+class Forged:
+    recalls: list[Recall]
+    trace: dict[str, Any]
+
+
+def _candidates(recall: Recall) -> list[Candidate]:
+    if recall.candidates:
+        return list(recall.candidates)
+    return [
+        Candidate(source=recall.source, id=str(i), text=text, dense_rank=i)
+        for i, text in enumerate(recall.memories, 1)
+    ]
+
+
+def forge(
+    recalls: Sequence[Recall],
+    request: Sequence[Message],
+    forge_rules: ForgeRules,
+    count_tokens: Callable[[str], int],
+    now: float,
+) -> Forged:
+    candidates = [c for r in recalls for c in _candidates(r)]
+    in_prompt = [m.text() for r in recalls for m in r.history] + [m.text() for m in request]
+    outcomes: list[Outcome] = []
+    if candidates:
+        ranked = rank(candidates, forge_rules.weights, now)
+        outcomes = select(ranked, forge_rules.rules, count_tokens, in_prompt)
+    kept: dict[str, list[str]] = {}
+    for outcome in outcomes:
+        if outcome.kept:
+            c = outcome.scored.candidate
+            kept.setdefault(c.source, []).append(c.text)
+    forged = [
+        dataclasses.replace(r, memories=tuple(kept.get(r.source, ())), candidates=())
+        if (r.memories or r.candidates)
+        else r
+        for r in recalls
+    ]
+    return Forged(
+        forged, build(outcomes, _blocks(recalls, count_tokens), forge_rules.rules.budget_tokens)
+    )
+
+
+def _blocks(recalls: Sequence[Recall], count_tokens: Callable[[str], int]) -> list[dict[str, Any]]:
+    """What is placed as it comes (not ranked): history, curated blocks, the reference."""
+    blocks: list[dict[str, Any]] = []
+    for r in recalls:
+        if r.history:
+            blocks.append(
+                {
+                    "source": r.source,
+                    "kind": "history",
+                    "messages": len(r.history),
+                    "tokens": sum(count_tokens(m.text()) for m in r.history),
+                }
+            )
+        for text in r.system_blocks:
+            blocks.append({"source": r.source, "kind": "system", "tokens": count_tokens(text)})
+        if r.reference is not None:
+            blocks.append(
+                {
+                    "source": r.source,
+                    "kind": "reference",
+                    "tokens": count_tokens(r.reference.text()),
+                }
+            )
+    return blocks

@@ -1,0 +1,87 @@
+"""Filter and budget: what of the ranked candidates goes into the prompt, and why not the rest.
+
+Filter: below the relevance threshold; an exact duplicate (same normalised text) or a near
+duplicate (cosine of their vectors at or above the threshold) of an item ranked higher, across
+sources; or already in the prompt (the history window, the request's own messages). Budget:
+kept items fill the token budget in rank order; an item that does not fit is dropped and
+smaller ones after it may still fit (the budget is filled, never exceeded).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from memory_bridge.candidates import Drop, Outcome, Scored
+
+_SPACE = re.compile(r"\s+")
+
+
+@dataclass(frozen=True, slots=True)
+class SelectRules:
+    budget_tokens: int = 1500
+    min_score: float = 0.0  # on the final score; 0 keeps anything ranked
+    near_duplicate: float = 0.95  # cosine at or above which two items are the same
+
+
+def normalised(text: str) -> str:
+    return _SPACE.sub(" ", text).strip().casefold()
+
+
+def cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    dot = sum(x * y for x, y in zip(a, b, strict=False))
+    norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
+    return dot / norm if norm else 0.0
+
+
+def select(
+    ranked: Sequence[Scored],
+    rules: SelectRules,
+    count_tokens: Callable[[str], int],
+    in_prompt: Iterable[str] = (),
+) -> list[Outcome]:
+    """Every ranked candidate's outcome, in rank order."""
+    carried = {normalised(t) for t in in_prompt if t.strip()}
+    seen: dict[str, str] = {}  # normalised text -> id of the kept or earlier item
+    vectors: list[tuple[str, Sequence[float]]] = []
+    spent = 0
+    out: list[Outcome] = []
+    for item in ranked:
+        c = item.candidate
+        key = normalised(c.text)
+        if item.final < rules.min_score:
+            out.append(Outcome(item, False, reason=Drop.THRESHOLD))
+            continue
+        if key in carried:
+            out.append(Outcome(item, False, reason=Drop.IN_PROMPT))
+            continue
+        if key in seen:
+            out.append(Outcome(item, False, reason=Drop.DUPLICATE, duplicate_of=seen[key]))
+            continue
+        near = _near(c.vector, vectors, rules.near_duplicate)
+        if near is not None:
+            out.append(Outcome(item, False, reason=Drop.DUPLICATE, duplicate_of=near))
+            continue
+        seen[key] = f"{c.source}:{c.id}"
+        if c.vector is not None:
+            vectors.append((f"{c.source}:{c.id}", c.vector))
+        tokens = count_tokens(c.text)
+        if spent + tokens > rules.budget_tokens:
+            out.append(Outcome(item, False, tokens=tokens, reason=Drop.BUDGET))
+            continue
+        spent += tokens
+        out.append(Outcome(item, True, tokens=tokens))
+    return out
+
+
+def _near(
+    vector: Sequence[float] | None, kept: list[tuple[str, Sequence[float]]], threshold: float
+) -> str | None:
+    if vector is None:
+        return None
+    for name, other in kept:
+        if cosine(vector, other) >= threshold:
+            return name
+    return None

@@ -1,0 +1,57 @@
+"""The context trace of one request: every candidate the forge saw, kept or dropped, with its
+lineage, scores, rank, tokens and the reason it was dropped; and the blocks placed as they are
+(history, curated, the Gateway reference). Never a secret; texts only as far as an admin may
+read memories anyway, and cut short."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from memory_bridge.candidates import Outcome
+
+MAX_TEXT = 500
+
+
+def item(outcome: Outcome) -> dict[str, Any]:
+    scored = outcome.scored
+    c = scored.candidate
+    entry: dict[str, Any] = {
+        "source": c.source,
+        "id": c.id,
+        "digest": c.digest,
+        "text": c.text[:MAX_TEXT],
+        "rank": scored.rank,
+        "scores": {
+            "dense": c.dense_score,
+            "sparse": c.sparse_score,
+            "dense_rank": c.dense_rank,
+            "sparse_rank": c.sparse_rank,
+            "fused": round(scored.fused, 6),
+            "recency": round(scored.recency, 6),
+            "final": round(scored.final, 6),
+        },
+        "tokens": outcome.tokens,
+        "kept": outcome.kept,
+    }
+    if c.lineage:
+        entry["lineage"] = dict(c.lineage)
+    if outcome.reason is not None:
+        entry["dropped"] = str(outcome.reason)
+    if outcome.duplicate_of is not None:
+        entry["duplicate_of"] = outcome.duplicate_of
+    return entry
+
+
+def build(
+    outcomes: Sequence[Outcome],
+    blocks: Sequence[dict[str, Any]],
+    budget_tokens: int,
+) -> dict[str, Any]:
+    kept = [o for o in outcomes if o.kept]
+    return {
+        "budget_tokens": budget_tokens,
+        "recalled_tokens": sum(o.tokens for o in kept),
+        "candidates": [item(o) for o in outcomes],
+        "blocks": list(blocks),
+    }
