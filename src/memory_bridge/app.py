@@ -23,6 +23,7 @@ from memory_bridge.http import (
     admin_longterm_routes,
     admin_memory_routes,
     admin_routes,
+    admin_traces_routes,
     passthrough_routes,
 )
 from memory_bridge.http.auth import EdgeMiddleware
@@ -31,6 +32,7 @@ from memory_bridge.http.errors import install_error_handlers
 from memory_bridge.runtime import open_runtime
 from memory_bridge.settings import Settings
 from memory_bridge.storage.health import StorageHealth
+from memory_bridge.storage.traces import TraceStore
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +91,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.sources = runtime.sources
         app.state.upstream = upstream
         app.state.storage_health = health
+        app.state.traces = TraceStore(
+            runtime.db, settings.trace_retention_count, settings.trace_retention_seconds
+        )
         app.state.worker = worker
         app.state.chat = ChatHandler(
             runtime.sources,
@@ -140,6 +145,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app.include_router(passthrough_routes.router)
     app.include_router(admin_jobs_routes.router)
+    app.include_router(admin_traces_routes.router)
     app.include_router(admin_routes.router)
     app.include_router(admin_memory_routes.router)
     app.include_router(admin_longterm_routes.router)
