@@ -7,9 +7,9 @@ cd "$(dirname "$0")/.."
 export MEM0_TELEMETRY=False HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 python="${PYTHON:-python3}"
 [ -x .venv/bin/python ] || "$python" -m venv .venv
-# The CPU build of torch first (pinned: an unpinned torch pulls gigabytes of CUDA packages),
-# then the project with its test extras and the local embedder.
-.venv/bin/python -m pip install --quiet --disable-pip-version-check torch==2.13.0
+# The CPU build of torch first (PyTorch's CPU index when it answers, else the pinned version:
+# see scripts/install.py), then the project with its test extras and the local embedder.
+.venv/bin/python scripts/install.py torch
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[test,local]"
 
 .venv/bin/ruff check src tests scripts
