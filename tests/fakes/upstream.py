@@ -11,10 +11,15 @@ Serve ``FakeUpstream().app`` with ``tests.support.loopback.LoopbackServer`` and 
     fake.requests[0].json["messages"]
 
 Endpoints: ``POST /v1/chat/completions`` (JSON or SSE, scripted by ``Scenario``),
-``GET /v1/models``, ``POST /v1/embeddings`` (deterministic hash-based vectors). Any other path
-is recorded and answered with an OpenAI-shaped 404.
+``POST /v1/responses`` (the Responses API: a response object or its event stream, scripted by
+the same ``Scenario``s, built by ``tests/fakes/responses_api.py``), ``GET``/``DELETE
+/v1/responses/{id}`` (``?stream=true`` replays a streamed response's events),
+``GET /v1/responses/{id}/input_items``, ``POST /v1/responses/{id}/cancel``, ``GET /v1/models``,
+``POST /v1/embeddings`` (deterministic hash-based vectors). Any other path is recorded and
+answered with an OpenAI-shaped 404.
 
-Chat completions are answered from the FIFO queue filled by ``enqueue``; when it is empty,
+Chat completions and responses are answered from one FIFO queue filled by ``enqueue``; when it
+is empty,
 ``responder(request_json)`` is asked (if set), and otherwise the reply is
 ``DEFAULT_REPLY``.
 
@@ -62,6 +67,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Send
 
+from tests.fakes import responses_api
+
 __all__ = [
     "DEFAULT_REPLY",
     "FakeUpstream",
@@ -75,7 +82,7 @@ __all__ = [
     "is_memory_extraction",
 ]
 
-DEFAULT_REPLY = "Hello from upstream"
+DEFAULT_REPLY = responses_api.DEFAULT_REPLY
 DEFAULT_MODEL = "gpt-4o-mini"
 SYSTEM_FINGERPRINT = "fp_fake"
 
@@ -130,11 +137,18 @@ class Scenario:
       ``chunk_delay``: seconds to sleep between pieces.
       ``disconnect_after_chunks``: after N pieces, abort the connection (the client sees an
       incomplete chunked body, i.e. ``httpx.RemoteProtocolError``).
-      ``omit_done``: leave out ``data: [DONE]``. ``raw_sse``: send exactly these bytes as the
-      body instead of generated events (one piece, unless ``chunk_size`` is set).
+      ``omit_done``: leave out ``data: [DONE]`` (Responses: the final ``response.completed``).
+      ``raw_sse``: send exactly these bytes as the body instead of generated events (one
+      piece, unless ``chunk_size`` is set).
       ``FakeUpstream.sent_bytes`` gets each streamed body as planned before sending: the
       whole body, or the first N pieces with ``disconnect_after_chunks`` (a client that hangs
       up early simply receives less).
+
+    Responses API only
+      ``response_status``: how the response ends: "completed" (default), "incomplete"
+      (``max_output_tokens``), or "failed" (``response.failed``, no output).
+      ``bare_completed``: the final event's response carries an empty ``output`` (as some
+      upstreams send it), so a capture has to use the deltas.
 
     Non-streaming shaping (``FakeUpstream.sent_bytes`` gets the JSON body as planned, as above)
       ``chunked_json``: send the JSON body without Content-Length (chunked), cut into
@@ -160,6 +174,8 @@ class Scenario:
     raw_sse: bytes | None = None
     chunked_json: bool = False
     gzip_json: bool = False
+    response_status: str | None = None
+    bare_completed: bool = False
 
 
 class SimulatedDisconnect(Exception):
@@ -304,9 +320,15 @@ class FakeUpstream:
         self._queue: deque[Scenario] = deque()
         self._cancel_cond = threading.Condition()
         self._ids = 0
+        # id -> (response object, its request, its stream events or None): what GET answers.
+        self.stored_responses: dict[str, tuple[dict[str, Any], Any, list[bytes] | None]] = {}
         self.app = Starlette(
             routes=[
                 Route("/v1/chat/completions", self._chat_completions, methods=["POST"]),
+                Route("/v1/responses", self._responses, methods=["POST"]),
+                Route("/v1/responses/{rid}", self._stored_response, methods=["GET", "DELETE"]),
+                Route("/v1/responses/{rid}/input_items", self._input_items, methods=["GET"]),
+                Route("/v1/responses/{rid}/cancel", self._cancel, methods=["POST"]),
                 Route("/v1/embeddings", self._embeddings, methods=["POST"]),
                 Route("/v1/models", self._models, methods=["GET"]),
                 Route(
@@ -332,6 +354,7 @@ class FakeUpstream:
         self._embeddings_held.clear()
         self.requests.clear()
         self.sent_bytes.clear()
+        self.stored_responses.clear()
         with self._cancel_cond:
             self.cancelled = 0
 
@@ -343,6 +366,11 @@ class FakeUpstream:
     @property
     def chat_requests(self) -> list[Recorded]:
         return [r for r in self.requests if r.path == "/v1/chat/completions"]
+
+    @property
+    def responses_requests(self) -> list[Recorded]:
+        """``POST /v1/responses`` requests (what the proxy forwarded)."""
+        return [r for r in self.requests if r.path == "/v1/responses" and r.method == "POST"]
 
     @property
     def memory_requests(self) -> list[Recorded]:
@@ -505,6 +533,11 @@ class FakeUpstream:
             pieces = [_sse(e) for e in self._chunks(scenario, payload, completion_id, model)]
             if not scenario.omit_done:
                 pieces.append(b"data: [DONE]\n\n")
+        return self._event_stream(pieces, scenario, headers)
+
+    def _event_stream(
+        self, pieces: list[bytes], scenario: Scenario, headers: dict[str, str]
+    ) -> Response:
         if scenario.chunk_size is not None:
             body, size = b"".join(pieces), scenario.chunk_size
             pieces = [body[i : i + size] for i in range(0, len(body), size)]
@@ -515,6 +548,80 @@ class FakeUpstream:
             headers=headers,
             media_type="text/event-stream",
         )
+
+    async def _responses(self, request: Request) -> Response:
+        recorded = await self._record(request)
+        payload = recorded.json if isinstance(recorded.json, dict) else {}
+        scenario = self._next_scenario(payload)
+        headers = {"x-request-id": f"req_fake_{len(self.requests)}", **scenario.headers}
+        if scenario.delay and not await self._wait(request, scenario.delay):
+            return Response(status_code=499)
+        if scenario.status != 200:
+            body = scenario.error_body
+            if body is None:
+                body = _error_object(scenario.status, f"Fake upstream error {scenario.status}")
+            if isinstance(body, bytes):
+                return Response(body, scenario.status, headers, media_type="application/json")
+            return JSONResponse(body, scenario.status, headers)
+        self._ids += 1
+        rid = scenario.id or f"resp_fake{self._ids:06d}"
+        status = responses_api.final_status(scenario)
+        output = [] if status == "failed" else responses_api.output_items(scenario, self._ids)
+        whole = responses_api.response_object(scenario, payload, rid, self.created, status, output)
+        if not payload.get("stream"):
+            self.stored_responses[rid] = (whole, payload, None)
+            if scenario.chunked_json or scenario.gzip_json:
+                return self._shaped_json(whole, scenario, headers)
+            return JSONResponse(whole, headers=headers)
+        if scenario.raw_sse is not None:
+            pieces = [scenario.raw_sse]
+        else:
+            pieces = responses_api.events(scenario, payload, rid, self.created, self._ids)
+        self.stored_responses[rid] = (whole, payload, pieces)
+        return self._event_stream(pieces, scenario, headers)
+
+    def _known(self, request: Request) -> tuple[str, dict[str, Any], Any, list[bytes] | None]:
+        rid = request.path_params["rid"]
+        if rid not in self.stored_responses:
+            raise KeyError(rid)
+        return rid, *self.stored_responses[rid]
+
+    async def _stored_response(self, request: Request) -> Response:
+        await self._record(request)
+        try:
+            rid, whole, _, pieces = self._known(request)
+        except KeyError as missing:
+            return self._no_response(missing)
+        if request.method == "DELETE":
+            del self.stored_responses[rid]
+            return JSONResponse({"id": rid, "object": "response", "deleted": True})
+        if request.query_params.get("stream") == "true" and pieces is not None:
+            return self._event_stream(list(pieces), Scenario(), {})
+        return JSONResponse(whole)
+
+    async def _input_items(self, request: Request) -> Response:
+        await self._record(request)
+        try:
+            rid, _, payload, _ = self._known(request)
+        except KeyError as missing:
+            return self._no_response(missing)
+        data = responses_api.input_items(payload, rid)
+        first, last = (data[0]["id"], data[-1]["id"]) if data else (None, None)
+        listing = {"object": "list", "data": data, "first_id": first, "last_id": last}
+        return JSONResponse({**listing, "has_more": False})
+
+    async def _cancel(self, request: Request) -> Response:
+        await self._record(request)
+        try:
+            _, whole, _, _ = self._known(request)
+        except KeyError as missing:
+            return self._no_response(missing)
+        return JSONResponse({**whole, "status": "cancelled"})
+
+    @staticmethod
+    def _no_response(missing: KeyError) -> Response:
+        message = f"Response with id '{missing.args[0]}' not found."
+        return JSONResponse(_error_object(404, message), status_code=404)
 
     # ---- response building ---------------------------------------------------------
 

@@ -10,6 +10,7 @@ from memory_bridge.messages import Message, parse_messages
 from memory_bridge.sources.base import Recall
 
 TEMPLATE = MemoryTemplate("Known facts {braces ok}:\n{memories}")
+CALL = {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": "{}"}}
 
 
 def _run(raw: list[dict[str, object]], *recalls: Recall) -> list[dict[str, object]] | None:
@@ -20,29 +21,55 @@ def test_nothing_to_inject_means_forward_as_is() -> None:
     assert _run([{"role": "user", "content": "hi"}], Recall(source="x")) is None
 
 
-def test_order_system_reference_history_request() -> None:
+def test_order_system_history_request_with_the_dynamic_block_before_the_latest_user() -> None:
     raw: list[dict[str, object]] = [
         {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "earlier"},
+        {"role": "assistant", "content": "reply"},
         {"role": "user", "content": "now"},
+        {"role": "assistant", "content": None, "tool_calls": [CALL]},
+        {"role": "tool", "content": "sunny", "tool_call_id": "c1"},
     ]
     out = _run(
         raw,
         Recall(source="curated", system_blocks=("CURATED",)),
         Recall(source="longterm", memories=("likes tea", "  ")),
-        Recall(source="gateway", reference=Message(role="user", content="REF")),
+        Recall(
+            source="gateway", system_blocks=("RULE",), reference=Message(role="user", content="REF")
+        ),
         Recall(source="history", history=(Message(role="user", content="before"),)),
     )
     assert out is not None
-    assert out[0] == {
-        "role": "system",
-        "content": "Be brief.\n\nCURATED\n\nKnown facts {braces ok}:\n- likes tea",
-    }
+    # Stable text only in the system prompt: what changes every turn stays out of it.
+    assert out[0] == {"role": "system", "content": "Be brief.\n\nCURATED\n\nRULE"}
+    dynamic = {"role": "user", "content": "Known facts {braces ok}:\n- likes tea\n\nREF"}
     assert out[1:] == [
-        {"role": "user", "content": "REF"},
         {"role": "user", "content": "before"},
-        {"role": "user", "content": "now"},
+        raw[1],
+        raw[2],
+        dynamic,
+        *raw[3:],
     ]
     assert raw[0]["content"] == "Be brief."  # the client's dicts are not mutated
+
+
+def test_history_alone_goes_after_the_system_messages() -> None:
+    raw: list[dict[str, object]] = [
+        {"role": "system", "content": "S"},
+        {"role": "developer", "content": "D"},
+        {"role": "user", "content": "now"},
+    ]
+    out = _run(raw, Recall(source="history", history=(Message(role="user", content="old"),)))
+    assert out == [raw[0], raw[1], {"role": "user", "content": "old"}, raw[2]]
+
+
+def test_without_a_user_message_the_dynamic_block_opens_the_conversation() -> None:
+    raw: list[dict[str, object]] = [
+        {"role": "system", "content": "S"},
+        {"role": "assistant", "content": "hello"},
+    ]
+    out = _run(raw, Recall(source="longterm", memories=("fact",)))
+    assert out == [raw[0], {"role": "user", "content": "Known facts {braces ok}:\n- fact"}, raw[1]]
 
 
 def test_a_system_message_is_created_when_missing_and_parts_are_extended() -> None:

@@ -1,4 +1,8 @@
-"""One chat completion through the proxy: recall, assemble, forward, capture, remember."""
+"""One turn through the proxy: recall, assemble, forward, capture, remember.
+
+A turn comes as a chat completion or as a Responses API request (`chat.formats`); the steps
+and the failure policy are the same for both.
+"""
 
 from __future__ import annotations
 
@@ -7,20 +11,19 @@ import json
 import logging
 import time
 from collections.abc import AsyncGenerator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
-from memory_bridge.chat.capture import DEFAULT_LIMIT, reply_from_json
+from memory_bridge.chat.capture import DEFAULT_LIMIT
+from memory_bridge.chat.formats import CHAT, WireFormat
 from memory_bridge.chat.relay import is_sse, read_bounded, relay_events, stream_headers
-from memory_bridge.chat.request_body import parse_chat_body
 from memory_bridge.chat.upstream import Opened, Upstream
-from memory_bridge.context.assemble import assemble
 from memory_bridge.context.recall import recall_all
 from memory_bridge.context.template import MemoryTemplate
 from memory_bridge.errors import invalid_request
 from memory_bridge.events.recorder import TurnRecorder
-from memory_bridge.messages import MessageError, conversation, latest_user_text, parse_messages
+from memory_bridge.messages import conversation, latest_user_text
 from memory_bridge.sources.base import MemorySource, Recall
 from memory_bridge.storage.events import EventLog
 from memory_bridge.storage.health import StorageHealth
@@ -41,6 +44,7 @@ class ChatRequest:
     body: bytes
     headers: Mapping[str, str]  # lower-case names
     started: float  # perf_counter() when the request reached the proxy
+    wire: WireFormat = field(default=CHAT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,25 +85,24 @@ class ChatHandler:
         self._inline: set[asyncio.Task[object]] = set()
 
     async def handle(self, req: ChatRequest) -> Outgoing:
-        """Answer one chat completion. A client that disconnects cancels the calling task;
-        the upstream request is abandoned then, but a turn being stored is not."""
-        body = _parse_body(req.body)
+        """Answer one turn. A client that disconnects cancels the calling task; the upstream
+        request is abandoned then, but a turn being stored is not."""
+        wire = req.wire
+        body = wire.parse_body(req.body)
         scope = _scope(req.token_id, body, req.headers)
         config = req.config
         headers = self._upstream.request_headers(config, req.headers, json_body=True)
         streaming = body.get("stream") is True
+        url = config.api_url(wire.path)
         if config.memory_config.passthrough:
             # No layer to feed or fill: the client's bytes go upstream, nothing is captured.
             diagnostics = _diagnostics([], req.started)
-            opened = await self._upstream.open("POST", config.chat_url(), headers, req.body)
+            opened = await self._upstream.open("POST", url, headers, req.body)
             if streaming and is_sse(opened):
-                stream = relay_events(opened, self._max_body)
+                stream = relay_events(opened, self._max_body, fmt=wire.stream)
                 return Outgoing(opened.status, stream_headers(opened, diagnostics), stream=stream)
             return _whole(opened, diagnostics, await read_bounded(opened, self._max_body))
-        try:
-            messages = parse_messages(body.get("messages"))
-        except MessageError as exc:
-            raise invalid_request(str(exc)) from None
+        messages = wire.messages(body)
         turn = Turn(
             request_id=req.request_id,
             scope=scope,
@@ -108,20 +111,24 @@ class ChatHandler:
             query=latest_user_text(messages),
         )
         recalls = await recall_all(self._sources, turn)
-        forwarded = assemble(body["messages"], messages, recalls, self._templates[config.template])
+        if wire.upstream_holds_history(body):
+            # Still recalled: the history source also tells what of the request is stored.
+            recalls = [replace(r, history=()) if r.history else r for r in recalls]
+        forwarded = wire.forward(body, messages, recalls, self._templates[config.template])
         payload = req.body
         if forwarded is not None:
-            payload = json.dumps({**body, "messages": forwarded}, ensure_ascii=False).encode()
+            payload = json.dumps(forwarded, ensure_ascii=False).encode()
         diagnostics = _diagnostics(recalls, req.started)
-        opened = await self._upstream.open("POST", config.chat_url(), headers, payload)
+        opened = await self._upstream.open("POST", url, headers, payload)
         if streaming and opened.ok and is_sse(opened):
-            stream = relay_events(opened, self._max_body, partial(self._remember, turn, recalls))
+            remember = partial(self._remember, turn, recalls)
+            stream = relay_events(opened, self._max_body, remember, wire.stream)
             return Outgoing(opened.status, stream_headers(opened, diagnostics), stream=stream)
         # An error, a JSON reply, or a non-SSE answer to a streaming request (not stored).
         answer = await read_bounded(opened, self._max_body)
         if opened.ok and not streaming:
             if isinstance(answer, bytes):
-                reply = reply_from_json(answer)
+                reply = wire.reply_from_json(answer)
                 if reply is not None and not await self._remember(turn, recalls, reply):
                     diagnostics.append(NOT_STORED_HEADER)
             else:
@@ -129,6 +136,19 @@ class ChatHandler:
                     "upstream reply larger than %d bytes: relayed, turn not stored", self._max_body
                 )
         return _whole(opened, diagnostics, answer)
+
+    async def forward(self, req: ChatRequest, method: str, target: str) -> Outgoing:
+        """Pass a request on to the token's upstream as it is (`target`: the path under `/v1`,
+        with its query): the status, headers and body, or event stream, come back unchanged.
+        Nothing is recalled or captured."""
+        headers = self._upstream.request_headers(req.config, req.headers, json_body=bool(req.body))
+        url = req.config.api_url(target)
+        opened = await self._upstream.open(method, url, headers, req.body or None)
+        diagnostics = _diagnostics([], req.started)
+        if is_sse(opened):
+            stream = relay_events(opened, self._max_body, fmt=req.wire.stream)
+            return Outgoing(opened.status, stream_headers(opened, diagnostics), stream=stream)
+        return _whole(opened, diagnostics, await read_bounded(opened, self._max_body))
 
     async def _remember(self, turn: Turn, recalls: list[Recall], reply: Reply) -> bool:
         """Record the completed turn (its events, history and jobs in one transaction);
@@ -175,10 +195,6 @@ def _whole(
     if isinstance(body, bytes):
         return Outgoing(opened.status, headers, body)
     return Outgoing(opened.status, headers, stream=body)
-
-
-def _parse_body(raw: bytes) -> dict[str, Any]:
-    return parse_chat_body(raw)
 
 
 def _scope(token_id: int, body: dict[str, Any], headers: Mapping[str, str]) -> Scope:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Protocol
 
 from memory_bridge.chat.capture import StreamCapture
 from memory_bridge.chat.sse import EventBuffer
@@ -25,6 +27,57 @@ SSE = "text/event-stream"
 Remember = Callable[[Reply], Awaitable[bool]]
 # An SSE comment: OpenAI SDKs skip it, a client reading the raw stream can see it.
 NOT_STORED = b": memorybridge stored=false\n\n"
+
+
+class Capture(Protocol):
+    """Watches a copy of an event stream and assembles the reply (one per wire format)."""
+
+    @property
+    def done(self) -> bool:
+        """Has the event that ends the stream come (after it, nothing is appended)?"""
+        ...
+
+    @property
+    def complete(self) -> bool:
+        """Did the upstream say its reply was whole?"""
+        ...
+
+    @property
+    def overflowed(self) -> bool: ...
+
+    def feed(self, chunk: bytes) -> bool:
+        """Consume whole events; True only for the read that completed the final event (the
+        turn is stored before that read is relayed)."""
+        ...
+
+    def finish(self) -> Reply | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class StreamFormat:
+    """What differs between wire formats' event streams.
+
+    `capture(limit)` makes the side parser; `broken(exc, last)` is the in-band ending of a
+    stream the upstream broke off, given the last whole events relayed before the break.
+    """
+
+    capture: Callable[[int], Capture]
+    broken: Callable[[Exception, bytes], bytes]
+
+
+def chat_stream_error(exc: Exception, last: bytes) -> bytes:
+    """A chat completion stream's error chunk and `[DONE]`: the openai SDK raises it."""
+    error = {
+        "error": {
+            "message": f"The upstream stream broke off ({type(exc).__name__}).",
+            "type": "upstream_stream_error",
+            "code": None,
+        }
+    }
+    return b"data: " + json.dumps(error).encode() + b"\n\ndata: [DONE]\n\n"
+
+
+CHAT_STREAM = StreamFormat(StreamCapture, chat_stream_error)
 
 
 class UpstreamBodyBroken(Exception):
@@ -45,29 +98,35 @@ def stream_headers(
 
 
 async def relay_events(
-    opened: Opened, limit: int, remember: Remember | None = None
+    opened: Opened,
+    limit: int,
+    remember: Remember | None = None,
+    fmt: StreamFormat = CHAT_STREAM,
 ) -> AsyncGenerator[bytes, None]:
     """The upstream's event stream, in whole events; with `remember`, the reply is captured on
-    the side and handed to it once the stream is over, if `StreamCapture.finish` finds one.
+    the side (by the format's capture) and handed to it once the stream is over, if the
+    capture's `finish` finds one.
 
     When the upstream breaks off, the event it was in the middle of is dropped and the stream
-    ends with an in-band error event and `[DONE]`, which OpenAI SDKs raise as an API error.
-    A broken stream is never stored, unless its `[DONE]` had already come (then it was stored
-    before the client saw it, and nothing is appended after the end of the stream).
+    ends with the format's in-band error, which OpenAI SDKs raise as an API error. A broken
+    stream is never stored, unless its final event had already come (then it was stored before
+    the client saw it, and nothing is appended after the end of the stream).
     """
     events = EventBuffer(limit)
-    capture = None if remember is None else StreamCapture(limit)
+    capture = None if remember is None else fmt.capture(limit)
     stored = False
+    last = b""
     try:
         async for chunk in opened.chunks():
             piece = events.feed(chunk)
             if not piece:
                 continue
             if capture is not None and capture.feed(piece):
-                # Stored before the client sees [DONE]: its next request sees this turn.
+                # Stored before the client sees the end: its next request sees this turn.
                 stored = True
                 if not await _store(capture, remember):
                     yield NOT_STORED
+            last = piece
             yield piece
         # A clean end. An unterminated last event is passed on as it came: the bytes are the
         # upstream's, and they are all there is (docs/decisions.md).
@@ -79,7 +138,9 @@ async def relay_events(
     except UPSTREAM_ERRORS as exc:
         log.warning("upstream stream broke off: %s", type(exc).__name__)
         if capture is None or not capture.done:
-            yield stream_error(exc, mid_event=events.mid_event)
+            # Only after an event too large to hold back (EventBuffer) can the client be
+            # inside one: end it, or ours would merge into it.
+            yield (b"\n\n" if events.mid_event else b"") + fmt.broken(exc, last)
         return
     finally:
         opened.close()
@@ -87,7 +148,7 @@ async def relay_events(
         yield NOT_STORED
 
 
-async def _store(capture: StreamCapture, remember: Remember | None) -> bool:
+async def _store(capture: Capture, remember: Remember | None) -> bool:
     """Hands a finished reply to `remember`; False only when storing it failed."""
     reply = capture.finish()
     if reply is not None and remember is not None:
@@ -95,7 +156,7 @@ async def _store(capture: StreamCapture, remember: Remember | None) -> bool:
     if capture.overflowed:
         log.warning("upstream stream larger than the capture limit: relayed, turn not stored")
     elif not capture.complete:
-        log.warning("upstream stream ended without finish_reason or [DONE]: turn not stored")
+        log.warning("upstream stream ended before its reply was complete: turn not stored")
     return True
 
 
@@ -146,17 +207,3 @@ async def _relay_body(
         raise UpstreamBodyBroken(f"The upstream body broke off ({type(exc).__name__}).") from None
     finally:
         opened.close()
-
-
-def stream_error(exc: Exception, mid_event: bool) -> bytes:
-    error = {
-        "error": {
-            "message": f"The upstream stream broke off ({type(exc).__name__}).",
-            "type": "upstream_stream_error",
-            "code": None,
-        }
-    }
-    # Only after an event too large to hold back (EventBuffer) can the client be inside one:
-    # end it, or ours would merge into it.
-    lead = b"\n\n" if mid_event else b""
-    return lead + b"data: " + json.dumps(error).encode() + b"\n\ndata: [DONE]\n\n"

@@ -1,33 +1,52 @@
-"""A chat request's JSON body, parsed once and strictly where the proxy depends on it.
+"""A proxied request's JSON body, parsed once and strictly where the proxy depends on it.
 
 Strict where a lenient parse would store or forward something broken: nesting deeper than
 `MAX_DEPTH` (Python's parser would otherwise recurse into a `RecursionError` near 1,000),
 text that is not valid Unicode (bytes that are not UTF-8, or a lone surrogate escape such as
 `\\udc80`, which would be half-stored: the database refuses it after the upstream answered),
-and a `messages` key given twice (which one a parser keeps differs between the proxy and the
-upstream). Each check costs nothing unless the body could fail it: counts of brackets, of
-escapes and of the key are taken on the raw bytes first.
+and a key the proxy reads given twice (`messages` of a chat completion; `input`, `instructions`
+and `previous_response_id` of a Responses request: which one a parser keeps differs between the
+proxy and the upstream). Each check costs nothing unless the body could fail it: counts of
+brackets, of escapes and of the keys are taken on the raw bytes first.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from memory_bridge.errors import invalid_request
 
 MAX_DEPTH = 400
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
-_MESSAGES_KEY = b'"messages"'
+Keys = tuple[tuple[str, bytes], ...]
+
+
+def _keys(*names: str) -> Keys:
+    return tuple((name, f'"{name}"'.encode()) for name in names)
+
+
+CHAT_KEYS = _keys("messages")
+RESPONSES_KEYS = _keys("input", "instructions", "previous_response_id")
 
 
 def parse_chat_body(raw: bytes) -> dict[str, Any]:
-    """The body as a dict, or a 4xx `ProxyError` saying what is wrong with it."""
-    duplicates = raw.count(_MESSAGES_KEY) > 1
+    """A chat completion's body as a dict, or a 4xx `ProxyError` saying what is wrong."""
+    return parse_body(raw, CHAT_KEYS)
+
+
+def parse_responses_body(raw: bytes) -> dict[str, Any]:
+    """A Responses request's body as a dict, or a 4xx `ProxyError` saying what is wrong."""
+    return parse_body(raw, RESPONSES_KEYS)
+
+
+def parse_body(raw: bytes, keys: Keys) -> dict[str, Any]:
+    """The body as a dict, or a 4xx `ProxyError`; none of `keys` may be given twice."""
+    repeated = [name for name, quoted in keys if raw.count(quoted) > 1]
     try:
-        body = json.loads(raw, object_pairs_hook=_refuse_duplicate_messages if duplicates else None)
+        body = json.loads(raw, object_pairs_hook=_refuse_repeated(repeated) if repeated else None)
     except UnicodeDecodeError:
         raise invalid_request("The request body is not JSON text in UTF-8.") from None
     except RecursionError:
@@ -43,11 +62,16 @@ def parse_chat_body(raw: bytes) -> dict[str, Any]:
     return body
 
 
-def _refuse_duplicate_messages(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out = dict(pairs)
-    if len(out) != len(pairs) and sum(1 for key, _ in pairs if key == "messages") > 1:
-        raise invalid_request("The request body gives 'messages' more than once.")
-    return out
+def _refuse_repeated(keys: list[str]) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out = dict(pairs)
+        if len(out) != len(pairs):
+            for key in keys:
+                if sum(1 for name, _ in pairs if name == key) > 1:
+                    raise invalid_request(f"The request body gives '{key}' more than once.")
+        return out
+
+    return hook
 
 
 def _too_deep() -> Exception:

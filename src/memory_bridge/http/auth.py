@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memory_bridge.errors import ProxyError
-from memory_bridge.http import chat_routes
+from memory_bridge.http import chat_routes, responses_routes
 from memory_bridge.http.body_limits import BodyLimits, BodyReader, BodyRefused
 from memory_bridge.http.errors import error_body
 from memory_bridge.request_context import new_request_id, request_id_var
@@ -81,6 +81,10 @@ class EdgeMiddleware:
             try:
                 if path == chat_routes.PATH:
                     await chat_routes.chat_completions(scope, reader.receive, send_with_id)
+                elif path == responses_routes.PATH:
+                    await responses_routes.responses(scope, reader.receive, send_with_id)
+                elif path.startswith(responses_routes.PREFIX):
+                    await responses_routes.below_responses(scope, reader.receive, send_with_id)
                 else:
                     await self.app(scope, reader.receive, send_with_id)
             except BodyRefused as refused:

@@ -1,7 +1,8 @@
-"""`POST /v1/chat/completions`: the proxied chat path, as a plain ASGI endpoint.
+"""`POST /v1/chat/completions`: the proxied chat path, as a plain ASGI endpoint; and `serve`,
+the plain ASGI way every proxied path answers (the Responses API's too, `responses_routes`).
 
-The edge middleware hands this path straight here, past FastAPI's routing and middleware
-layers, because it is the hot path (docs/performance.md). One watcher task per request reads
+The edge middleware hands these paths straight here, past FastAPI's routing and middleware
+layers, because they are the hot path (docs/performance.md). One watcher task per request reads
 the client's `http.disconnect` and cancels the request's task: the upstream call is abandoned
 at once, wherever the handler is waiting.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from contextlib import suppress
 
 from starlette.types import Receive, Scope, Send
@@ -58,25 +60,36 @@ class _DisconnectWatcher:
         self._stopped = True
 
 
+Handle = Callable[[ChatHandler, ChatRequest], Awaitable[Outgoing]]
+
+
 async def chat_completions(scope: Scope, receive: Receive, send: Send) -> None:
-    if scope["method"] != "POST":
+    await serve(scope, receive, send, _handle)
+
+
+def _handle(handler: ChatHandler, request: ChatRequest) -> Awaitable[Outgoing]:
+    return handler.handle(request)
+
+
+async def serve(
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    handle: Handle,
+    request: Callable[[Scope, bytes], ChatRequest] | None = None,
+    methods: tuple[str, ...] = ("POST",),
+) -> None:
+    """Read the body, make the `ChatRequest` (`request`, by default a chat completion's), let
+    `handle` answer it, and send the answer: whole, or streamed as it comes."""
+    if scope["method"] not in methods:
         error = error_body(405, "invalid_request_error", "Method Not Allowed")
-        await _send_whole(send, 405, [*_JSON, (b"allow", b"POST")], error)
+        allow = ", ".join(methods).encode()
+        await send_whole(send, 405, [*_JSON, (b"allow", allow)], error)
         return
     body = await _read_body(receive)
     if body is None:
         return  # the client left while sending
-    state = scope["state"]
-    principal: Principal = state["principal"]  # set by the edge middleware
-    assert principal.config is not None
-    request = ChatRequest(
-        request_id=state["request_id"],
-        token_id=principal.token_id,
-        config=principal.config,
-        body=body,
-        headers={k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]},
-        started=state["started"],
-    )
+    made = (request or chat_request)(scope, body)
     handler: ChatHandler = scope["app"].state.chat
     task = asyncio.current_task()
     assert task is not None
@@ -84,22 +97,22 @@ async def chat_completions(scope: Scope, receive: Receive, send: Send) -> None:
     outgoing: Outgoing | None = None
     try:
         try:
-            outgoing = await handler.handle(request)
+            outgoing = await handle(handler, made)
         except ProxyError as exc:
             watcher.stop()
             error = error_body(exc.status, exc.type, exc.message)
-            await _send_whole(send, exc.status, _JSON, error)
+            await send_whole(send, exc.status, _JSON, error)
             return
         except Exception as exc:
             # The class only: a message or traceback could quote the token's config.
             log.error("unhandled %s", type(exc).__name__)
             watcher.stop()
             error = error_body(500, "internal_error", "Internal error.")
-            await _send_whole(send, 500, _JSON, error)
+            await send_whole(send, 500, _JSON, error)
             return
         if outgoing.stream is None:
             watcher.stop()
-            await _send_whole(send, outgoing.status, outgoing.headers, outgoing.body)
+            await send_whole(send, outgoing.status, outgoing.headers, outgoing.body)
             return
         await send(
             {"type": "http.response.start", "status": outgoing.status, "headers": outgoing.headers}
@@ -119,6 +132,20 @@ async def chat_completions(scope: Scope, receive: Receive, send: Send) -> None:
                 await outgoing.stream.aclose()
 
 
+def chat_request(scope: Scope, body: bytes) -> ChatRequest:
+    state = scope["state"]
+    principal: Principal = state["principal"]  # set by the edge middleware
+    assert principal.config is not None
+    return ChatRequest(
+        request_id=state["request_id"],
+        token_id=principal.token_id,
+        config=principal.config,
+        body=body,
+        headers={k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]},
+        started=state["started"],
+    )
+
+
 async def _read_body(receive: Receive) -> bytes | None:
     chunks: list[bytes] = []
     while True:
@@ -130,7 +157,7 @@ async def _read_body(receive: Receive) -> bytes | None:
             return b"".join(chunks)
 
 
-async def _send_whole(
+async def send_whole(
     send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes
 ) -> None:
     headers = [*headers, (b"content-length", str(len(body)).encode())]
