@@ -72,11 +72,13 @@ def wait_for_memory(proxy: Proxy, token_id: int, text: str, user: str | None = N
     wait_until(lambda: text in memory_texts(proxy, token_id, user), what=f"memory {text!r}")
 
 
-def forwarded_system(upstream: FakeUpstream) -> str:
-    """The system prompt of the last request the proxy forwarded ("" if none)."""
+def forwarded_recall(upstream: FakeUpstream) -> str:
+    """The recall block of the last request the proxy forwarded: the user message placed right
+    before the latest user message ("" if none; stored history ends with an assistant reply)."""
     messages = upstream.proxied_requests[-1].json["messages"]
-    first = messages[0]
-    return str(first["content"]) if first["role"] == "system" else ""
+    latest = max(i for i, m in enumerate(messages) if m["role"] == "user")
+    before = messages[latest - 1] if latest else {}
+    return str(before["content"]) if before.get("role") == "user" else ""
 
 
 @dataclass
@@ -123,7 +125,7 @@ def running(
 
 
 def memory_block(system: str) -> list[str]:
-    """The items of the long-term memory block in a forwarded system prompt."""
+    """The items of the long-term memory block in a forwarded recall block."""
     return re.findall(r"^- (.*)$", system, flags=re.MULTILINE)
 
 

@@ -362,7 +362,7 @@ def test_an_unreachable_gateway_is_a_connection_failure_and_nothing_else(
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
-def test_recall_is_one_reference_message_after_system_before_history(
+def test_recall_is_one_reference_message_after_history_before_the_latest_user_message(
     served: Served, gateway: FakeGateway, gw_url: str, upstream: FakeUpstream, stream: bool
 ) -> None:
     proxy = served.proxy
@@ -400,14 +400,15 @@ def test_recall_is_one_reference_message_after_system_before_history(
     assert CURATED_HEADER in head and "Codename BLUEBIRD." in head and GATEWAY_RULE in head
     assert "green" not in head and "Lyon" not in head  # recalled text never in the system prompt
 
-    reference = sent[1]
+    # the stored history, then the dynamic block just before the latest user message
+    assert sent[1:3] == [user("first question"), assistant("first answer")]
+    reference = sent[3]
     assert reference["role"] == "user" and reference["content"].startswith(RECALL_LABEL)
     assert RECALLED in reference["content"]  # whitespace collapsed onto one line
     assert "Lives in Lyon" in reference["content"]
     for dropped in ("RAW-FIELD-CONTENT", "EXTRA-FIELD-CONTENT", "no-text", "not an object"):
         assert dropped not in dump(sent)
-    # then the stored history, then the request's own messages
-    assert sent[2:] == [user("first question"), assistant("first answer"), user("second question")]
+    assert sent[4:] == [user("second question")]
     assert sum(RECALL_LABEL in dump(m) for m in sent) == 1
 
     [recalled] = events(proxy, token_id, type="memory_gateway_recall_succeeded")[1:]

@@ -9,7 +9,7 @@ from tests.integration.longterm_support import (
     EMBED_KEY,
     MEMORY_LLM_KEY,
     chat,
-    forwarded_system,
+    forwarded_recall,
     memory_block,
     memory_fields,
     memory_texts,
@@ -82,7 +82,7 @@ def test_search_get_and_delete(proxy: Proxy, upstream: FakeUpstream) -> None:
 
     # A deleted memory is no longer recalled.
     assert chat(proxy, token, "what is my favourite fruit", user="alice").status_code == 200
-    assert "My favourite fruit is mango" not in memory_block(forwarded_system(upstream))
+    assert "My favourite fruit is mango" not in memory_block(forwarded_recall(upstream))
 
 
 def test_delete_all_of_a_namespace_or_of_the_token(proxy: Proxy, upstream: FakeUpstream) -> None:

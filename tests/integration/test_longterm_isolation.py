@@ -10,7 +10,7 @@ from tests.fakes.upstream import FakeUpstream
 from tests.integration.longterm_support import (
     Running,
     chat,
-    forwarded_system,
+    forwarded_recall,
     memory_block,
     memory_fields,
     memory_texts,
@@ -65,7 +65,7 @@ def test_randomised_interleaved_turns_stay_in_their_namespace(
     for (token_name, user), expected in facts.items():
         token = tokens[token_name][1]
         assert chat(proxy, token, "what is my code word", user=user or None).status_code == 200
-        injected = set(memory_block(forwarded_system(upstream)))
+        injected = set(memory_block(forwarded_recall(upstream)))
         # Everything this namespace stored, and nothing of any other namespace.
         assert injected == expected, f"{token_name}/{user!r}, seed {seed}"
 
@@ -82,9 +82,9 @@ def test_tokens_with_different_embedding_sizes_both_work(
     wait_until(lambda: memory_texts(proxy, large_id) == {"My boat is named Bounty"})
 
     assert chat(proxy, small, "What is my boat named?").status_code == 200
-    assert memory_block(forwarded_system(upstream)) == ["My boat is named Ariel"]
+    assert memory_block(forwarded_recall(upstream)) == ["My boat is named Ariel"]
     assert chat(proxy, large, "What is my boat named?").status_code == 200
-    assert memory_block(forwarded_system(upstream)) == ["My boat is named Bounty"]
+    assert memory_block(forwarded_recall(upstream)) == ["My boat is named Bounty"]
 
     # The embedder was asked for each token's own size, into collections of that size.
     sizes = {r.json["dimensions"] for r in upstream.embedding_requests}

@@ -9,7 +9,7 @@ from tests.fakes.upstream import FakeUpstream, extract_user_facts
 from tests.integration.longterm_support import (
     Running,
     chat,
-    forwarded_system,
+    forwarded_recall,
     memory_block,
     memory_fields,
     memory_texts,
@@ -72,7 +72,7 @@ def test_paraphrased_question_finds_the_right_memory(
 
     for question, expected in QUESTIONS.items():
         assert chat(proxy, token, question, user="carol", session="later").status_code == 200
-        assert memory_block(forwarded_system(upstream)) == [expected], question
+        assert memory_block(forwarded_recall(upstream)) == [expected], question
     assert upstream.embedding_requests == []  # all embedding happened in-process
 
     # A second token on the same model shares the loaded model (one copy in memory).

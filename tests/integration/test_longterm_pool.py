@@ -17,7 +17,7 @@ from tests.fakes.upstream import FakeUpstream
 from tests.integration.longterm_support import (
     Running,
     chat,
-    forwarded_system,
+    forwarded_recall,
     memory_block,
     memory_fields,
     memory_texts,
@@ -58,7 +58,7 @@ def test_instances_are_lazy_shared_client_and_patch_rebuilds(
     assert pool.current(a_id) is None
     wait_until(lambda: first.db is None, what="the replaced instance to be closed")
     assert chat(proxy, a, "What is my cat called?").status_code == 200
-    assert memory_block(forwarded_system(upstream)) == ["My cat is called Tom"]
+    assert memory_block(forwarded_recall(upstream)) == ["My cat is called Tom"]
     second = pool.current(a_id)
     assert second is not None and second is not first and pool.built == built + 1
     assert pool.current(b_id) is not None  # the other token's instance is untouched
@@ -66,7 +66,7 @@ def test_instances_are_lazy_shared_client_and_patch_rebuilds(
     # Rotation keeps the namespace (the id), so the memories stay.
     new_secret = proxy.admin("POST", f"/tokens/{a_id}/rotate").json()["token"]
     assert chat(proxy, new_secret, "Remind me of my cat").status_code == 200
-    assert "My cat is called Tom" in memory_block(forwarded_system(upstream))
+    assert "My cat is called Tom" in memory_block(forwarded_recall(upstream))
 
 
 def test_new_embedding_space_gets_its_own_collection_and_purge_drops_all(
@@ -85,7 +85,7 @@ def test_new_embedding_space_gets_its_own_collection_and_purge_drops_all(
     # Vectors of another size (or model) are not comparable: a fresh collection, empty.
     assert memory_texts(proxy, token_id) == set()
     assert chat(proxy, token, "What car do I have?").status_code == 200
-    assert memory_block(forwarded_system(upstream)) == []
+    assert memory_block(forwarded_recall(upstream)) == []
     mine = [n for n in running.collections() if n.startswith(f"mb_t{token_id}_")]
     assert len(mine) == 2
     assert _history_file(running, token_id).exists()

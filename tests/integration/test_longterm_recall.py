@@ -9,7 +9,7 @@ from tests.fakes.upstream import FakeUpstream, Scenario, ToolCall
 from tests.integration.chat_helpers import stream_raw
 from tests.integration.longterm_support import (
     chat,
-    forwarded_system,
+    forwarded_recall,
     memory_block,
     memory_fields,
     memory_texts,
@@ -37,7 +37,7 @@ def test_fact_from_one_session_is_recalled_in_another(proxy: Proxy, upstream: Fa
     assert reply.choices[0].message.content == "Hello from upstream"
     forwarded = upstream.proxied_requests[-1].json["messages"]
     # Session b has no history: the fact can only have come from long-term memory.
-    assert [m["role"] for m in forwarded] == ["system", "user"]
+    assert [m["role"] for m in forwarded] == ["user", "user"]
     assert "My favourite colour is teal" in memory_block(forwarded[0]["content"])
     assert forwarded[-1] == {"role": "user", "content": "What is my favourite colour?"}
 
@@ -165,9 +165,9 @@ def test_end_user_memories_are_their_own(proxy: Proxy, upstream: FakeUpstream) -
         messages=[{"role": "user", "content": "What is my dog called?"}],
     )
     assert reply.status_code == 200
-    assert "My dog is called Rex" in memory_block(forwarded_system(upstream))
+    assert "My dog is called Rex" in memory_block(forwarded_recall(upstream))
     assert chat(proxy, token, "What is my dog called?").status_code == 200
-    assert memory_block(forwarded_system(upstream)) == []
+    assert memory_block(forwarded_recall(upstream)) == []
     listed = proxy.admin("GET", f"/tokens/{token_id}/memories").json()["data"]
     rex = [m["user"] for m in listed if m["memory"] == "My dog is called Rex"]
     assert rex == ["Ann Lee"]
@@ -180,6 +180,6 @@ def test_memory_limit_bounds_the_injected_memories(proxy: Proxy, upstream: FakeU
         assert chat(proxy, token, fact).status_code == 200
     wait_until(lambda: memory_texts(proxy, token_id) == set(facts), what="three memories")
     assert chat(proxy, token, "What are my code words?").status_code == 200
-    injected = memory_block(forwarded_system(upstream))
+    injected = memory_block(forwarded_recall(upstream))
     assert len(injected) == 2 and set(injected) <= set(facts)
     assert json.dumps(injected)  # plain strings
