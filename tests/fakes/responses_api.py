@@ -10,7 +10,8 @@ of `event:` + `data:` events, each with its `type` and a `sequence_number` count
        response.output_text.delta…, response.output_text.done, response.content_part.done;
        function call: response.function_call_arguments.delta…, ….done),
       response.output_item.done,
-    then response.completed | response.incomplete | response.failed.
+    then response.completed | response.incomplete | response.failed (with an empty output,
+    after the events of what the model generated before it failed).
 
 `FakeUpstream` (tests/fakes/upstream.py) serves them; this module only builds them.
 """
@@ -167,12 +168,12 @@ def events(
     emit("response.created", response=response("in_progress", []))
     emit("response.in_progress", response=response("in_progress", []))
     status = final_status(scenario)
-    if status == "failed":
-        emit("response.failed", response=response("failed", []))
-        return out
     items = output_items(scenario, serial)
     for index, item in enumerate(items):
         _item_events(emit, scenario, index, item)
+    if status == "failed":  # after what it generated before it failed
+        emit("response.failed", response=response("failed", []))
+        return out
     if scenario.omit_done:
         return out
     final = response(status, [] if scenario.bare_completed else items)

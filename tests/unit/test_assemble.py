@@ -63,13 +63,24 @@ def test_history_alone_goes_after_the_system_messages() -> None:
     assert out == [raw[0], raw[1], {"role": "user", "content": "old"}, raw[2]]
 
 
-def test_without_a_user_message_the_dynamic_block_opens_the_conversation() -> None:
+def test_without_a_user_message_the_dynamic_block_goes_before_the_history() -> None:
+    """Not between a stored tool call and the request's tool result, which upstreams refuse."""
     raw: list[dict[str, object]] = [
         {"role": "system", "content": "S"},
-        {"role": "assistant", "content": "hello"},
+        {"role": "tool", "content": "sunny", "tool_call_id": "c1"},
     ]
-    out = _run(raw, Recall(source="longterm", memories=("fact",)))
-    assert out == [raw[0], {"role": "user", "content": "Known facts {braces ok}:\n- fact"}, raw[1]]
+    stored_call = Message.model_validate({"role": "assistant", "tool_calls": [CALL]})
+    out = _run(
+        raw,
+        Recall(source="longterm", memories=("fact",)),
+        Recall(source="history", history=(stored_call,)),
+    )
+    assert out == [
+        raw[0],
+        {"role": "user", "content": "Known facts {braces ok}:\n- fact"},
+        {"role": "assistant", "content": None, "tool_calls": [CALL]},
+        raw[1],
+    ]
 
 
 def test_a_system_message_is_created_when_missing_and_parts_are_extended() -> None:

@@ -87,12 +87,14 @@ def test_the_dynamic_block_goes_right_before_the_latest_user_item() -> None:
     assert "instructions" not in out  # nothing stable to add
 
 
-def test_without_a_user_item_the_block_opens_the_requests_own_items() -> None:
+def test_without_a_user_item_the_block_goes_before_the_history() -> None:
     items: list[Any] = [{"type": "function_call_output", "call_id": "c", "output": "x"}]
-    out = assemble_responses({"input": items}, [memories("fact")], TEMPLATE)
+    out = assemble_responses({"input": items}, [memories("fact"), HISTORY], TEMPLATE)
     assert out is not None
     assert out["input"] == [
         {"type": "message", "role": "user", "content": "Known:\n- fact"},
+        {"type": "message", "role": "user", "content": "before"},
+        {"type": "message", "role": "assistant", "content": "ok"},
         *items,
     ]
 

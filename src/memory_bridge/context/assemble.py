@@ -13,7 +13,8 @@ hitting on everything before the one block that changes every turn:
      the proxy does not own is re-encoded differently), with
   4. ONE dynamic block — the recalled long-term memories (rendered by the token's template)
      and the labelled Memory Gateway reference — as a `user` message immediately before the
-     latest user message (so recalled text never enters a system prompt).
+     latest user message (so recalled text never enters a system prompt; see `splice` for a
+     request without one).
 
 `assemble` renders the rule for chat completions, `assemble_responses` for the Responses API;
 both return None when nothing is injected (the client's bytes are forwarded as they are).
@@ -63,14 +64,25 @@ def splice(
     dynamic: Item | None,
 ) -> list[Item]:
     """`items` with `history` after its first `head` (system) items and `dynamic` right before
-    the latest user item (or, without one, where the request's own conversation begins)."""
-    at = latest_user if latest_user is not None and latest_user >= head else head
+    the latest user item.
+
+    Without a user item (a request that only answers a tool call), `dynamic` goes before the
+    history instead: anywhere later it could split a tool call from its output, which
+    upstreams refuse. (No source recalls anything without a query today, and the query is the
+    latest user text, so this is a guard.)
+    """
     out = list(items[:head])
+    if latest_user is None or latest_user < head:
+        if dynamic is not None:
+            out.append(dynamic)
+        out.extend(history)
+        out.extend(items[head:])
+        return out
     out.extend(history)
-    out.extend(items[head:at])
+    out.extend(items[head:latest_user])
     if dynamic is not None:
         out.append(dynamic)
-    out.extend(items[at:])
+    out.extend(items[latest_user:])
     return out
 
 
