@@ -15,6 +15,8 @@ from starlette.types import Receive, Scope, Send
 from memory_bridge import token_count
 from memory_bridge.chat.handler import ChatHandler
 from memory_bridge.chat.upstream import Upstream, create_session
+from memory_bridge.context.forge.pipeline import ForgeRules
+from memory_bridge.context.forge.select import SelectRules
 from memory_bridge.context.template import MemoryTemplate, load_template
 from memory_bridge.events.recorder import TurnRecorder
 from memory_bridge.heap import freeze_long_lived
@@ -23,6 +25,7 @@ from memory_bridge.http import (
     admin_longterm_routes,
     admin_memory_routes,
     admin_routes,
+    admin_sessions_routes,
     admin_traces_routes,
     passthrough_routes,
 )
@@ -103,6 +106,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             health,
             runtime.audit,
             max_upstream_body=settings.max_upstream_body_bytes,
+            forge_rules=ForgeRules(rules=SelectRules(budget_tokens=settings.memory_token_budget)),
+            traces=app.state.traces,
         )
         token_count.load()
         if worker is not None:
@@ -149,4 +154,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(admin_routes.router)
     app.include_router(admin_memory_routes.router)
     app.include_router(admin_longterm_routes.router)
+    app.include_router(admin_sessions_routes.router)
     return app

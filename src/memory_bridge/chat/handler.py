@@ -19,6 +19,7 @@ from memory_bridge.chat.capture import DEFAULT_LIMIT
 from memory_bridge.chat.formats import CHAT, WireFormat
 from memory_bridge.chat.relay import is_sse, read_bounded, relay_events, stream_headers
 from memory_bridge.chat.upstream import Opened, Upstream
+from memory_bridge.context.forge.pipeline import ForgeRules, forge
 from memory_bridge.context.recall import recall_all
 from memory_bridge.context.template import MemoryTemplate
 from memory_bridge.errors import invalid_request
@@ -27,7 +28,9 @@ from memory_bridge.messages import conversation, latest_user_text
 from memory_bridge.sources.base import MemorySource, Recall
 from memory_bridge.storage.events import EventLog
 from memory_bridge.storage.health import StorageHealth
+from memory_bridge.storage.traces import TraceStore
 from memory_bridge.tenancy.config import TokenConfig
+from memory_bridge.token_count import count_tokens
 from memory_bridge.turn import DEFAULT_SESSION, TOKEN_WIDE_USER, Reply, Scope, Turn
 
 log = logging.getLogger(__name__)
@@ -73,6 +76,8 @@ class ChatHandler:
         audit: EventLog,
         *,
         max_upstream_body: int = DEFAULT_LIMIT,
+        forge_rules: ForgeRules | None = None,
+        traces: TraceStore | None = None,
     ) -> None:
         self._sources = sources
         self._upstream = upstream
@@ -83,6 +88,8 @@ class ChatHandler:
         # The most of an upstream answer held to parse it; larger ones are relayed unparsed.
         self._max_body = max_upstream_body
         self._inline: set[asyncio.Task[object]] = set()
+        self._forge_rules = forge_rules or ForgeRules()
+        self._traces = traces
 
     async def handle(self, req: ChatRequest) -> Outgoing:
         """Answer one turn. A client that disconnects cancels the calling task; the upstream
@@ -114,6 +121,9 @@ class ChatHandler:
         if wire.upstream_holds_history(body):
             # Still recalled: the history source also tells what of the request is stored.
             recalls = [replace(r, history=()) if r.history else r for r in recalls]
+        forged = forge(recalls, messages, self._forge_rules, count_tokens, time.time())
+        recalls = forged.recalls
+        self._keep_trace(turn, forged.trace)
         forwarded = wire.forward(body, messages, recalls, self._templates[config.template])
         payload = req.body
         if forwarded is not None:
@@ -176,6 +186,23 @@ class ChatHandler:
             return False
         self._health.write_succeeded()
         return True
+
+    def _keep_trace(self, turn: Turn, trace: dict[str, Any]) -> None:
+        """Saved off the response's path: a trace never delays or fails a request."""
+        if self._traces is None:
+            return
+        task: asyncio.Task[object] = asyncio.create_task(
+            self._save_trace(self._traces, turn, trace)
+        )
+        self._inline.add(task)
+        task.add_done_callback(self._inline.discard)
+
+    @staticmethod
+    async def _save_trace(traces: TraceStore, turn: Turn, trace: dict[str, Any]) -> None:
+        try:
+            await traces.save(turn.scope.token_id, turn.request_id, trace)
+        except Exception as exc:
+            log.warning("could not keep the context trace: %s", type(exc).__name__)
 
     async def _audit_not_stored(self, turn: Turn, exc: Exception) -> None:
         try:

@@ -33,18 +33,28 @@ class Recall:
     reference: Message | None = None  # an ephemeral message placed before history
     history: tuple[Message, ...] = ()  # stored conversation, oldest first
     stored_prefix: int = 0  # leading request messages (system excluded) already stored
+    # How many items the source injected, when one block or message holds several (the
+    # Gateway's one reference message lists every hit); None: one per memory, message, block.
+    items: int | None = None
+    failed: bool = False  # a best-effort source that could not recall; the request went on
     # Ranked items for the Context Forge (with scores and lineage); a source that gives
     # plain `memories` instead is taken as one list in its own order.
     candidates: tuple[Candidate, ...] = ()
 
     @property
-    def injected(self) -> int:
-        return (
+    def injected(self) -> str:
+        """This layer's part of `X-MemoryBridge-Injected`: its item count, or `error`."""
+        if self.failed:
+            return "error"
+        if self.items is not None:
+            return str(self.items)
+        count = (
             len(self.memories)
             + len(self.history)
             + len(self.system_blocks)
             + (1 if self.reference is not None else 0)
         )
+        return str(count)
 
 
 class JobStep(Protocol):
