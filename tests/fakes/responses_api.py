@@ -217,14 +217,20 @@ def _item_events(emit: Any, scenario: Scenario, index: int, item: dict[str, Any]
 
 
 def input_items(payload: Mapping[str, Any], response_id: str) -> list[dict[str, Any]]:
-    """The request's input as the `input_items` list shows it (each item with an id)."""
+    """The request's input as the `input_items` list shows it: each item with an id, and each
+    message's content as parts, as OpenAI lists them."""
     raw = payload.get("input")
-    if isinstance(raw, str):
-        raw = [
-            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": raw}]}
-        ]
-    items = raw if isinstance(raw, list) else []
-    return [
-        {"id": f"in_{response_id}_{i}", **item} if isinstance(item, dict) else item
-        for i, item in enumerate(items)
-    ]
+    items = [{"role": "user", "content": raw}] if isinstance(raw, str) else raw
+    out = []
+    for i, item in enumerate(items if isinstance(items, list) else []):
+        if not isinstance(item, dict):
+            continue
+        listed = {"id": f"in_{response_id}_{i}", **item}
+        if item.get("type", "message") == "message":
+            content = item.get("content")
+            kind = "output_text" if item.get("role") == "assistant" else "input_text"
+            if isinstance(content, str):
+                content = [{"type": kind, "text": content}]
+            listed.update(type="message", content=content)
+        out.append(listed)
+    return out
