@@ -289,3 +289,12 @@ def test_a_passthrough_token_forwards_everything_untouched(
         assert stream.get_final_response().output_text == "streamed"
     assert forwarded(upstream)["input"] == "two"  # no history
     assert stored_rows(proxy) == []
+
+
+def test_only_post_creates_a_response(proxy: Proxy, upstream: FakeUpstream) -> None:
+    _, token = proxy.create_token()
+    reply = httpx.get(f"{proxy.url}/v1/responses", headers=auth(token))
+    assert reply.status_code == 405 and reply.headers["allow"] == "POST"
+    assert reply.json()["error"]["type"] == "invalid_request_error"
+    assert httpx.post(f"{proxy.url}/v1/responses", json={"input": "x"}).status_code == 401
+    assert upstream.requests == []
