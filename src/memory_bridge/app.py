@@ -76,6 +76,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             timeout=settings.http_timeout,
             connect_timeout=settings.http_connect_timeout,
             max_connections=settings.http_max_connections,
+            keepalive_timeout=settings.http_keepalive_timeout,
         )
         upstream = Upstream(llm_session, settings.forwarded_header_names)
         health = StorageHealth()

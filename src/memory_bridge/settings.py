@@ -36,6 +36,8 @@ class Settings(BaseSettings):
     http_connect_timeout: float = Field(default=10.0, gt=0)
     http_max_connections: int = Field(default=512, gt=0)
     http_max_keepalive: int = Field(default=128, gt=0)
+    # Idle upstream connections are closed after this, before common servers' 5 s.
+    http_keepalive_timeout: float = Field(default=4.0, gt=0)
     forward_headers: str = ""
 
     memory_template_path: Path = Path("templates/memory_template.md")
