@@ -1,4 +1,5 @@
-"""The `memory-bridge` command: init, serve, admin-token recovery, secret-key rotation."""
+"""The `memory-bridge` command: init, serve, admin-token recovery, secret-key rotation; the
+token and curated-document commands live in `cli_admin`."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ from typing import Annotated
 
 import typer
 
+from memory_bridge.cli_admin import register
 from memory_bridge.settings import Settings
 from memory_bridge.tenancy.private_files import private_dir
 
 cli = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+register(cli)  # memory-bridge token ..., memory-bridge curated ...
 
 SENTINEL_RUNNING = ".initializing"
 SENTINEL_DONE = ".initialized"

@@ -129,7 +129,10 @@ def test_misconfigured_provider_is_409_for_admin_and_502_for_chat(
 ) -> None:
     # Groq takes no base URL in Mem0: valid JSON, but not something Mem0 can be built from.
     fields = memory_fields(proxy.upstream_url, memory_llm_provider="groq")
-    token_id, token = proxy.create_token(**fields)
+    # Saved unchecked: checked, it would be refused (test_config_checks.py).
+    body = {"name": "t", "llm_base_url": proxy.upstream_url, **fields}
+    created = proxy.admin("POST", "/tokens", json=body, params={"validate": "false"}).json()
+    token_id, token = created["id"], created["token"]
     layer = proxy.admin("GET", f"/tokens/{token_id}").json()["memory_layers"]["longterm"]
     assert layer.startswith("misconfigured:") and "groq" in layer
     reply = proxy.admin("GET", f"/tokens/{token_id}/memories")

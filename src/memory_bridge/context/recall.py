@@ -7,6 +7,7 @@ import logging
 
 from memory_bridge.errors import ProxyError
 from memory_bridge.sources.base import MemorySource, OnRecallFailure, Recall
+from memory_bridge.sources.failures import RecallFailed
 from memory_bridge.turn import Turn
 
 log = logging.getLogger(__name__)
@@ -26,7 +27,7 @@ async def recall_all(sources: tuple[MemorySource, ...], turn: Turn) -> list[Reca
             raise outcome  # CancelledError and friends are not ours to swallow
         error = _apply_policy(source, outcome)
         if error is None:
-            recalls.append(Recall(source=source.name))
+            recalls.append(Recall(source=source.name, failed=True))
         elif failure is None or error.status < failure.status:
             failure = error
     if failure is not None:
@@ -36,12 +37,22 @@ async def recall_all(sources: tuple[MemorySource, ...], turn: Turn) -> list[Reca
 
 def _apply_policy(source: MemorySource, exc: Exception) -> ProxyError | None:
     policy = source.on_recall_failure
-    # Only the exception's class: messages from client libraries can quote URLs or keys.
-    log.warning("recall from %s failed (%s)", source.name, type(exc).__name__)
+    # Only a category or the exception's class: messages from client libraries can quote URLs
+    # or keys. The request id is on every log line (logs.py).
+    failure = exc.cause if isinstance(exc, RecallFailed) else None
+    why = failure.category if failure is not None else type(exc).__name__
+    log.warning("recall from %s failed (%s)", source.name, why)
     if policy is OnRecallFailure.BEST_EFFORT:
         return None
     if policy is OnRecallFailure.MEMORY_UNAVAILABLE:
+        if failure is None:
+            return ProxyError(
+                502, "memory_retrieval_failed", f"Memory retrieval failed ({source.name})."
+            )
         return ProxyError(
-            502, "memory_retrieval_failed", f"Memory retrieval failed ({source.name})."
+            502,
+            "memory_retrieval_failed",
+            f"Memory retrieval failed ({source.name}: {failure.category}): {failure.hint}.",
+            headers=failure.headers(),
         )
     return ProxyError(500, "internal_error", f"Local memory storage failed ({source.name}).")

@@ -1,4 +1,4 @@
-"""Admin API for a token's curated documents and its audit events."""
+"""Admin API for a token's curated documents (read, replace, delete) and its audit events."""
 
 from __future__ import annotations
 
@@ -18,8 +18,10 @@ from memory_bridge.http.admin_schemas import (
     markdown_body,
 )
 from memory_bridge.http.auth import require_admin
+from memory_bridge.runtime import Runtime
 from memory_bridge.storage.curated import CuratedRepository, Kind
 from memory_bridge.storage.events import EventLog
+from memory_bridge.storage.session_index import SessionIndex
 from memory_bridge.storage.tokens import TokenStore
 
 router = APIRouter(
@@ -99,6 +101,26 @@ async def put_curated(
     if "\x00" in text:  # PostgreSQL cannot store it; no markdown needs it
         raise invalid_request("The document must not contain NUL characters.")
     await _curated(request).put(token_id, kind, user, text)
+    return Response(status_code=204)
+
+
+@router.delete(
+    "/curated/{kind}", status_code=204, response_class=Response, responses=error_responses(404)
+)
+async def delete_curated(
+    request: Request, token_id: TokenId, kind: KindParam, user: UserParam = ""
+) -> Response:
+    """Delete the document (a `curated.deleted` event); 404 if there is none. An end user's
+    USER.md gone, the token-wide one applies to them again."""
+    await _known_document(request, token_id, kind, user)
+    runtime: Runtime = request.app.state.runtime
+    meta = {"source": "admin", "request_id": request.state.request_id}
+    try:
+        found = await SessionIndex(runtime.db).delete_curated(token_id, kind, user, meta)
+    finally:
+        _curated(request).forget(token_id)
+    if not found:
+        raise ProxyError(404, "not_found_error", f"Token {token_id} has no such document.")
     return Response(status_code=204)
 
 

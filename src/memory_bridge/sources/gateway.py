@@ -57,14 +57,14 @@ class MemoryGateway:
             return Recall(source=self.name)
         rule = (gw.GATEWAY_RULE,)
         if not turn.query:
-            return Recall(source=self.name, system_blocks=rule)
+            return Recall(source=self.name, system_blocks=rule, items=0)
         try:
             hits = await gw.search(
                 self._client, cfg, conversation_id=turn.scope.session, query=turn.query
             )
         except gw.GatewayError as exc:
             await self._audit(turn, "memory_gateway_recall_failed", _failure(exc))
-            return Recall(source=self.name, system_blocks=rule)
+            return Recall(source=self.name, system_blocks=rule, failed=True)
         await self._audit(
             turn,
             "memory_gateway_recall_succeeded",
@@ -72,7 +72,8 @@ class MemoryGateway:
         )
         text = gw.render_reference(hits)
         reference = Message(role="user", content=text) if text else None
-        return Recall(source=self.name, system_blocks=rule, reference=reference)
+        # Diagnostics count the hits, not the rule and the message that carry them.
+        return Recall(source=self.name, system_blocks=rule, reference=reference, items=len(hits))
 
     async def remember(self, exchange: Exchange) -> None:
         """Add the turn, then flush its session: the add at most once.

@@ -2,7 +2,8 @@
 
 Recall searches the token's memories with the latest user text of the request (not the last
 message, which may be a tool result); a failure or a timeout fails the request with 502
-`memory_retrieval_failed` (the failure policy lives in `context.recall`). After a normal
+`memory_retrieval_failed` naming the cause's category, e.g. `embedder_unreachable`
+(`sources.failures`; the failure policy lives in `context.recall`). After a normal
 completion the turn — the request's new user text(s) and the final assistant text; never
 system prompts, injected memories, reasoning or tool payloads — is handed to Mem0 as
 background work, where one LLM call extracts the facts worth keeping.
@@ -16,6 +17,7 @@ import weakref
 
 from memory_bridge.sources import mem0_config
 from memory_bridge.sources.base import Exchange, OnRecallFailure, Recall
+from memory_bridge.sources.failures import RecallFailed, classify
 from memory_bridge.sources.mem0_pool import Mem0Pool, StoredMemory
 from memory_bridge.tenancy.config import TokenConfig, config_secrets
 from memory_bridge.tenancy.secrets import scrub
@@ -65,12 +67,16 @@ class LongTermMemory:
                     spec, ns, turn.query[:MAX_QUERY_CHARS], config.memory_limit
                 )
         except Exception as exc:
+            cause = classify(exc)
+            # The category (what the client's 502 says) and the scrubbed text; the request id
+            # is on every log line.
             log.warning(
-                "long-term memory search failed: %s: %s",
+                "long-term memory search failed (%s): %s: %s",
+                cause.category,
                 type(exc).__name__,
                 scrub(exc, secrets) or "timed out",
             )
-            raise
+            raise RecallFailed(self.name, cause) from exc
         return Recall(source=self.name, memories=tuple(m.text for m in found if m.text))
 
     async def remember(self, exchange: Exchange) -> None:
