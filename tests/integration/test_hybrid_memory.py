@@ -517,7 +517,7 @@ def test_token_detail_shows_the_gateway_layer_state(
     assert gateway.calls == []
 
 
-def test_implicit_hybrid_without_credentials_warns_exactly_once_without_secrets(
+def test_implicit_hybrid_without_credentials_says_so_once_at_info_without_secrets(
     served: Served, gateway: FakeGateway, gw_url: str, upstream: FakeUpstream, logs: Any
 ) -> None:
     proxy = served.proxy
@@ -532,11 +532,12 @@ def test_implicit_hybrid_without_credentials_warns_exactly_once_without_secrets(
     wait_events(proxy, active_id, 3, type="memory_gateway_flush_succeeded")
     served.drain()
 
-    warnings = [
-        r for r in logs.records if r.levelname == "WARNING" and "degraded" in r.getMessage()
-    ]
+    # A state, not a degradation: INFO, once, and no warning about it.
+    assert not [r for r in logs.records if r.levelname == "WARNING" and "ateway" in r.getMessage()]
+    warnings = [r for r in logs.records if "no Memory Gateway configured" in r.getMessage()]
     assert len(warnings) == 1, [r.getMessage() for r in warnings]
     [warning] = warnings
+    assert warning.levelname == "INFO"
     text = warning.getMessage()
     assert str(degraded_id) in text and "gateway" in text.lower()
     for secret in (degraded, active, curated, USER_KEY, proxy.admin_token):
@@ -544,7 +545,7 @@ def test_implicit_hybrid_without_credentials_warns_exactly_once_without_secrets(
     assert all(str(curated_id) not in r.getMessage() for r in warnings)
 
 
-def test_a_degraded_token_loaded_by_a_new_process_warns_once_on_first_use(
+def test_a_degraded_token_loaded_by_a_new_process_says_so_once_on_first_use(
     served: Served, gateway: FakeGateway, upstream: FakeUpstream, logs: Any
 ) -> None:
     proxy = served.proxy
@@ -557,7 +558,7 @@ def test_a_degraded_token_loaded_by_a_new_process_warns_once_on_first_use(
     warnings = [
         r.getMessage()
         for r in logs.records
-        if r.levelname == "WARNING" and "degraded" in r.getMessage()
+        if r.levelname == "INFO" and "no Memory Gateway configured" in r.getMessage()
     ]
     assert len(warnings) == 1, warnings
     assert str(token_id) in warnings[0] and token not in warnings[0]

@@ -271,11 +271,35 @@ class Upstream:
 
 
 def _unavailable(method: str, url: str, exc: BaseException) -> ProxyError:
-    # The path only: a query string or userinfo could carry credentials.
+    # The path only: a query string or userinfo could carry credentials. The category tells
+    # a wrong host from a refused port, a TLS problem or a silent upstream; the request id is
+    # on every log line (logs.py).
     path = url.split("://", 1)[-1].partition("/")[2].partition("?")[0]
-    log.warning("upstream %s /%s failed: %s", method, path, type(exc).__name__)
+    category = failure_category(exc)
+    log.warning("upstream %s /%s failed (%s): %s", method, path, category, type(exc).__name__)
     return ProxyError(
         502,
         "upstream_unavailable",
-        f"The upstream LLM could not be reached ({type(exc).__name__}).",
+        f"The upstream LLM could not be reached ({category}: {type(exc).__name__}).",
     )
+
+
+# Most specific first: aiohttp's connector errors subclass one another.
+_CATEGORIES: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], str], ...] = (
+    (aiohttp.ClientConnectorDNSError, "dns_error"),
+    ((aiohttp.ClientConnectorCertificateError, aiohttp.ClientSSLError), "tls_error"),
+    (aiohttp.ClientProxyConnectionError, "proxy_error"),
+    ((aiohttp.ServerTimeoutError, asyncio.TimeoutError), "timeout"),
+    (aiohttp.ClientConnectorError, "connect_failed"),
+    (aiohttp.ServerDisconnectedError, "disconnected"),
+    (aiohttp.ClientPayloadError, "broken_body"),
+)
+
+
+def failure_category(exc: BaseException) -> str:
+    """Why an upstream exchange broke: `dns_error`, `connect_failed` (refused, unreachable),
+    `tls_error`, `timeout`, `disconnected`, `broken_body`, ... or `connection_error`."""
+    for kinds, category in _CATEGORIES:
+        if isinstance(exc, kinds):
+            return category
+    return "connection_error"

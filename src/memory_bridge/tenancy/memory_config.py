@@ -179,7 +179,11 @@ def gateway_status(cfg: MemoryConfig) -> str:
 
 
 class DegradedWarning:
-    """Says once per token (per server) that implicit hybrid runs on curated memory only."""
+    """Says once per token (per server) that it has no Memory Gateway configured.
+
+    At INFO, as the state it is: most tokens have no Gateway, and a warning for each of them
+    read like an error to operators. (The name is kept: `runtime` and the Gateway source use it.)
+    """
 
     def __init__(self) -> None:
         self._warned: set[int] = set()
@@ -187,7 +191,7 @@ class DegradedWarning:
     def check(self, token_id: int, cfg: MemoryConfig) -> None:
         if cfg.mode == "hybrid" and cfg.gateway is None and token_id not in self._warned:
             self._warned.add(token_id)
-            log.warning("token %d: %s; curated memory only", token_id, gateway_status(cfg))
+            log.info("token %d: no Memory Gateway configured (the gateway layer is off)", token_id)
 
 
 def parse_memory_config(raw: object) -> MemoryConfig:
