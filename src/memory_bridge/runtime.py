@@ -14,7 +14,10 @@ from memory_bridge.events.consumers import SourceConsumer
 from memory_bridge.events.worker import JobWorker, WorkerSettings
 from memory_bridge.settings import Settings
 from memory_bridge.sources.base import MemorySource
+from memory_bridge.sources.blocking import BlockingExecutor
 from memory_bridge.sources.curated import CuratedMemory
+from memory_bridge.sources.embedder import Embedders
+from memory_bridge.sources.episodic import EpisodicMemory
 from memory_bridge.sources.gateway import MemoryGateway
 from memory_bridge.sources.history import SessionHistory
 from memory_bridge.sources.longterm import LongTermMemory
@@ -29,6 +32,7 @@ from memory_bridge.tenancy.config import config_secrets
 from memory_bridge.tenancy.memory_config import DegradedWarning
 from memory_bridge.tenancy.private_files import private_dir
 from memory_bridge.tenancy.secrets import scrub
+from memory_bridge.vectors.index import VectorEngine
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +71,20 @@ def create_long_term_memory(settings: Settings) -> LongTermMemory:
     return LongTermMemory(pool, settings.memory_search_timeout, settings.memory_store_timeout)
 
 
+def open_vector_engine(settings: Settings) -> VectorEngine:
+    """The episodic index's engine: Qdrant Edge shards under the data directory (one process
+    owns them), or the Qdrant server named by QDRANT_URL."""
+    if settings.resolved_qdrant_url:
+        from memory_bridge.vectors.server import ServerEngine
+
+        return ServerEngine.connect(
+            settings.resolved_qdrant_url, api_key=settings.qdrant_api_key or None
+        )
+    from memory_bridge.vectors.edge import EdgeEngine
+
+    return EdgeEngine(settings.memory_bridge_data_dir)
+
+
 @dataclass
 class Runtime:
     settings: Settings
@@ -78,6 +96,8 @@ class Runtime:
     curated: CuratedRepository
     degraded: DegradedWarning
     longterm: LongTermMemory
+    vectors: VectorEngine
+    vector_threads: BlockingExecutor
     sources: tuple[MemorySource, ...]
 
     def create_worker(self) -> JobWorker:
@@ -85,7 +105,7 @@ class Runtime:
         consumers = {
             s.name: SourceConsumer(s, self.tokens)
             for s in self.sources
-            if s.name in (MemoryGateway.name, LongTermMemory.name)
+            if s.name in (MemoryGateway.name, LongTermMemory.name, EpisodicMemory.name)
         }
         worker_settings = WorkerSettings(
             concurrency=settings.job_concurrency,
@@ -105,6 +125,8 @@ class Runtime:
 
     async def close(self) -> None:
         await self.longterm.pool.close_all(self.settings.background_drain_timeout)
+        await self.vector_threads.shutdown(self.settings.background_drain_timeout)
+        self.vectors.close()
         await self.client.aclose()
         await self.db.close()
         await self.engine.dispose()
@@ -127,6 +149,16 @@ async def open_runtime(settings: Settings) -> Runtime:
     degraded = DegradedWarning()
     prepare_mem0_environment(settings)
     longterm = create_long_term_memory(settings)
+    vectors = open_vector_engine(settings)
+    vector_threads = BlockingExecutor(settings.memory_threads, "vectors")
+    episodic = EpisodicMemory(
+        vectors,
+        Embedders(client, vector_threads),
+        vector_threads,
+        settings.memory_search_timeout,
+        settings.memory_store_timeout,
+        enabled=settings.episodic_memory,
+    )
     # Order matters only for the system prompt: curated blocks come before the rule.
     sources: tuple[MemorySource, ...] = (
         CuratedMemory(curated),
@@ -135,6 +167,7 @@ async def open_runtime(settings: Settings) -> Runtime:
         ),
         MemoryGateway(client, audit, degraded),
         longterm,
+        episodic,
     )
     tokens = await TokenStore.open(db, settings.token_cache_ttl, load_cipher(settings))
     tokens.on_change(longterm.pool.invalidate)
@@ -149,5 +182,7 @@ async def open_runtime(settings: Settings) -> Runtime:
         curated=curated,
         degraded=degraded,
         longterm=longterm,
+        vectors=vectors,
+        vector_threads=vector_threads,
         sources=sources,
     )

@@ -66,6 +66,9 @@ class Settings(BaseSettings):
     # Context traces (what each chat request was given, and why), kept per token.
     trace_retention_count: int = Field(default=1000, gt=0)
     trace_retention_seconds: float = Field(default=7 * 86400.0, gt=0)
+    # Episodic memory (the raw conversation indexed for hybrid recall) for tokens with an
+    # embedder; off: long-term recall is Mem0's facts alone.
+    episodic_memory: bool = True
     # Recalled memory placed in a prompt is fitted to this many tokens (the Context Forge).
     memory_token_budget: int = Field(default=1500, gt=0)
 

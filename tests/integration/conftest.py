@@ -38,6 +38,19 @@ def proxy(
         server.stop()
 
 
+@pytest.fixture
+def mem0_proxy(
+    tmp_path: Path, upstream: FakeUpstream, upstream_server: tuple[FakeUpstream, str]
+) -> Iterator[Proxy]:
+    """A proxy whose long-term recall is Mem0 alone (episodic recall off): for the tests of
+    Mem0's facts; episodic recall has tests of its own."""
+    server, proxy = start_proxy(tmp_path / "data", upstream_server[1], episodic_memory=False)
+    try:
+        yield proxy
+    finally:
+        server.stop()
+
+
 @pytest.fixture(scope="module")
 def gateway_server() -> Iterator[tuple[FakeGateway, str]]:
     fake = FakeGateway()

@@ -117,7 +117,8 @@ def start(data_dir: Path, upstream_url: str, **overrides: Any) -> Running:
 def running(
     tmp_path: Path, upstream: FakeUpstream, upstream_server: tuple[FakeUpstream, str]
 ) -> Iterator[Running]:
-    run = start(tmp_path / "data", upstream_server[1])
+    # Mem0 alone: episodic recall of the raw conversation has tests of its own.
+    run = start(tmp_path / "data", upstream_server[1], episodic_memory=False)
     try:
         yield run
     finally:

@@ -83,7 +83,9 @@ def test_a_request_trace_lists_every_candidate_and_block(
 
 @pytest.fixture
 def tight(tmp_path: Path, upstream_server: tuple[FakeUpstream, str]) -> Iterator[Proxy]:
-    server, proxy = start_proxy(tmp_path / "data", upstream_server[1], memory_token_budget=8)
+    server, proxy = start_proxy(
+        tmp_path / "data", upstream_server[1], memory_token_budget=8, episodic_memory=False
+    )
     try:
         yield proxy
     finally:
@@ -134,3 +136,9 @@ async def test_traces_are_kept_for_a_bounded_count_and_age(tmp_path: Path) -> No
     finally:
         await db.close()
         await engine.dispose()
+
+
+@pytest.fixture
+def proxy(mem0_proxy: Proxy) -> Proxy:
+    """These tests are about Mem0's facts: episodic recall is off (tested on its own)."""
+    return mem0_proxy

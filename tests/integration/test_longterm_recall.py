@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.fakes.upstream import FakeUpstream, Scenario, ToolCall
 from tests.integration.chat_helpers import stream_raw
 from tests.integration.longterm_support import (
@@ -185,3 +187,9 @@ def test_memory_limit_bounds_the_injected_memories(proxy: Proxy, upstream: FakeU
     injected = memory_block(forwarded_recall(upstream))
     assert len(injected) == 2 and set(injected) <= set(facts)
     assert json.dumps(injected)  # plain strings
+
+
+@pytest.fixture
+def proxy(mem0_proxy: Proxy) -> Proxy:
+    """These tests are about Mem0's facts: episodic recall is off (tested on its own)."""
+    return mem0_proxy

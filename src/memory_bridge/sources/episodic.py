@@ -1,0 +1,163 @@
+"""Episodic memory: the raw conversation, indexed for hybrid recall across sessions.
+
+Every stored user and assistant message (text only: never tool payloads, reasoning, injected
+memory or system prompts) is embedded with the token's embedder and BM25-indexed by the vector
+engine, per token and end user, by a job of the durable queue. Recall searches the end user's
+messages of every session with the latest user text, dense and sparse lists fused, and hands
+the ranked candidates (scores, ranks, lineage) to the Context Forge. No LLM is involved: a
+fact said months ago in another session is found by its words and its meaning.
+
+The sparse side indexes each message together with the message before it in its turn (its
+conversational context), so an answer is also found by the words of its question.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+from memory_bridge.candidates import Candidate
+from memory_bridge.sources.base import Exchange, OnRecallFailure, Recall
+from memory_bridge.sources.blocking import BlockingExecutor
+from memory_bridge.sources.embedder import Embedders, EmbedderSpec, embedder_spec
+from memory_bridge.tenancy.config import TokenConfig
+from memory_bridge.turn import Turn
+from memory_bridge.vectors.index import PointPayload, VectorEngine, VectorIndex, VectorPoint, Where
+
+KIND = "episodic"
+# Candidates handed to the forge: more than it will keep, so ranking and dedup have a choice.
+DEPTH = 20
+PREFETCH = 50
+MAX_QUERY_CHARS = 4000
+MAX_TEXT_CHARS = 8000
+_IDS = uuid.UUID("6f1d0c36-64c1-4a57-9a38-1d2b58e0b8a5")
+
+
+class EpisodicMemory:
+    name = "episodic"
+    on_recall_failure = OnRecallFailure.MEMORY_UNAVAILABLE
+
+    def __init__(
+        self,
+        engine: VectorEngine,
+        embedders: Embedders,
+        executor: BlockingExecutor,
+        search_timeout: float,
+        store_timeout: float,
+        enabled: bool = True,
+    ) -> None:
+        self._enabled = enabled
+        self._engine = engine
+        self._embedders = embedders
+        self._executor = executor
+        self._search_timeout = search_timeout
+        self._store_timeout = store_timeout
+
+    def consumes(self, config: TokenConfig) -> bool:
+        return self._spec(config) is not None
+
+    def _spec(self, config: TokenConfig) -> EmbedderSpec | None:
+        return embedder_spec(config) if self._enabled else None
+
+    async def recall(self, turn: Turn) -> Recall:
+        spec = self._spec(turn.config)
+        if spec is None or not turn.query:
+            return Recall(source=self.name)
+        query = turn.query[:MAX_QUERY_CHARS]
+        user = turn.scope.user
+        async with asyncio.timeout(self._search_timeout):
+            (vector,) = await self._embedders.embed(spec, [query])
+            index = await self._index(turn.scope.token_id, spec)
+            hits = await self._executor.run(
+                lambda: index.hybrid_search(
+                    user=user,
+                    query_dense=vector,
+                    query_text=query,
+                    where=Where(user=user, kind=KIND),
+                    limit=DEPTH,
+                    prefetch_limit=PREFETCH,
+                )
+            )
+        candidates = tuple(
+            Candidate(
+                source=self.name,
+                id=hit.id,
+                text=hit.payload.text,
+                dense_rank=hit.dense_rank,
+                sparse_rank=hit.sparse_rank,
+                dense_score=hit.dense_score,
+                sparse_score=hit.sparse_score,
+                created_at=hit.payload.created_at or None,
+                lineage={
+                    k: v
+                    for k, v in (
+                        ("event_id", hit.payload.event_id),
+                        ("session", hit.payload.session),
+                    )
+                    if v
+                },
+            )
+            for hit in hits
+            if hit.payload.text
+        )
+        return Recall(source=self.name, candidates=candidates)
+
+    async def remember(self, exchange: Exchange) -> None:
+        spec = self._spec(exchange.turn.config)
+        if spec is None:
+            return
+        scope = exchange.turn.scope
+        messages = [*exchange.new_messages]
+        if exchange.reply.has_text:
+            messages.append(exchange.reply.as_message())
+        texts: list[tuple[str, str]] = []  # (text, text in its context)
+        previous = ""
+        for msg in messages:
+            if msg.role not in ("user", "assistant"):
+                previous = ""
+                continue
+            text = msg.text().strip()[:MAX_TEXT_CHARS]
+            if text:
+                texts.append((text, f"{previous}\n{text}" if previous else text))
+                previous = text
+        if not texts:
+            return
+        now = time.time()
+        async with asyncio.timeout(self._store_timeout):
+            vectors = await self._embedders.embed(spec, [t for t, _ in texts])
+            points = [
+                VectorPoint(
+                    # Derived from the event: a retried job overwrites, never duplicates.
+                    id=str(uuid.uuid5(_IDS, f"{exchange.event_id}:{i}")),
+                    dense=vector,
+                    payload=PointPayload(
+                        user=scope.user,
+                        kind=KIND,
+                        text=text,
+                        session=scope.session,
+                        event_id=exchange.event_id or None,
+                        created_at=now,
+                    ),
+                    index_text=in_context,
+                )
+                for i, ((text, in_context), vector) in enumerate(zip(texts, vectors, strict=True))
+            ]
+            index = await self._index(scope.token_id, spec)
+            await self._executor.run(lambda: index.upsert(points))
+
+    async def _index(self, token_id: int, spec: EmbedderSpec) -> VectorIndex:
+        return await self._executor.run(
+            lambda: self._engine.index(token_id, spec.model_id, spec.dims)
+        )
+
+    async def purge(self, token_id: int) -> None:
+        await self._executor.run(lambda: self._engine.drop_token(token_id))
+
+    def describe(self, config: TokenConfig) -> str:
+        spec = self._spec(config)
+        if not self._enabled:
+            return "off (EPISODIC_MEMORY=false)"
+        if spec is None:
+            return "off (needs an OpenAI-compatible or local embedder)"
+        return f"on ({spec.model_id}, {spec.dims} dims, hybrid dense + BM25)"
