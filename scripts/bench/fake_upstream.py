@@ -13,11 +13,21 @@ same cheap server.
   name containing `delay-<ms>` (e.g. `bench-delay-200`). The model name is the one channel
   every proxy forwards unchanged, so the benchmark uses it.
 - `POST /v1/embeddings`: deterministic hash-based vectors (float or base64), for a future
-  long-term memory layer's embedder.
+  long-term memory layer's embedder. With a model name containing `bow` (e.g.
+  `bench-embed-bow`), bag-of-words vectors instead (each word adds 1 to a hashed dimension),
+  whose cosine grows with the words two texts share, so a search ranks related texts first.
+- A model name containing `reply-<bytes>` (e.g. `bench-reply-800`) gets a non-streaming reply
+  of about that many bytes of text, made from the request's latest message (so each turn's
+  reply differs, and the same request always gets the same reply).
 - A model whose name starts with `bench-mem0` answers with a JSON object that satisfies both
   of Mem0's LLM calls (`{"facts": [...]}` for extraction, `{"memory": [...]}` for the update
   step), each call a new fact, so chat turns can seed long-term memories (`--with-memory`).
-- `GET /v1/models`, `GET /health`, and `GET /bench/stats` (request counters).
+- `GET /v1/models`, `GET /health`, and `GET /bench/stats` (request counters; `mem0` counts the
+  `bench-mem0` calls, which `chat` counts too).
+- With `FAKE_UPSTREAM_RECORD=1` in its environment, the raw body of the last chat completions
+  request of every model (`bench-mem0` calls excepted) is kept, and `GET /_last?model=<name>`
+  answers it byte for byte (without `model`: the last of any model; 404 when there is none).
+  Off by default, so the latency benchmark pays nothing for it.
 """
 
 from __future__ import annotations
@@ -29,6 +39,7 @@ import hashlib
 import importlib.util
 import itertools
 import json
+import os
 import re
 import struct
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -44,10 +55,19 @@ STREAM_CHUNKS = 200  # SSE events per streamed reply, [DONE] included
 REPLY_TEXT = "Hello from the benchmark upstream. This reply is short and always the same."
 CREATED = 1_700_000_000
 _DELAY_IN_MODEL = re.compile(r"delay-(\d+)")
+_REPLY_IN_MODEL = re.compile(r"reply-(\d+)")
+_REPLY_VOCABULARY = (
+    "the plan keeps each step small and checks the result before moving on to the next one "
+    "so that a failure is found early and costs little to undo while the rest of the work "
+    "carries on with the data already validated by the earlier stages of the pipeline"
+)
+_REPLY_WORDS = tuple(_REPLY_VOCABULARY.split())
+RECORD = os.environ.get("FAKE_UPSTREAM_RECORD") == "1"
 _JSON_HEADERS = [(b"content-type", b"application/json")]
 _SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 
-stats = {"chat": 0, "stream": 0, "embeddings": 0, "other": 0}
+stats = {"chat": 0, "stream": 0, "embeddings": 0, "mem0": 0, "other": 0}
+_last_bodies: dict[str, bytes] = {}  # model (and "" for any) → raw body; with RECORD only
 _fact_ids = itertools.count(1)
 
 
@@ -123,6 +143,27 @@ def mem0_reply(model: str) -> bytes:
     return json.dumps(body).encode()
 
 
+def reply_text(seed: str, size: int) -> str:
+    """About `size` bytes of plain words, chosen from `seed` (deterministic)."""
+    digest = hashlib.sha256(seed.encode()).digest()
+    words: list[str] = []
+    length, i = 0, 0
+    while length < size:
+        word = _REPLY_WORDS[(digest[i % len(digest)] + i) % len(_REPLY_WORDS)]
+        words.append(word)
+        length += len(word) + 1
+        i += 1
+    return " ".join(words)[:size].rstrip() + "."
+
+
+def sized_reply(model: str, req: dict[str, Any], size: int) -> bytes:
+    messages = req.get("messages")
+    seed = json.dumps(messages[-1] if isinstance(messages, list) and messages else "")
+    body = json.loads(completion_json(model))
+    body["choices"][0]["message"]["content"] = reply_text(seed, size)
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
 def embedding(text: str, dims: int) -> list[float]:
     out: list[float] = []
     counter = 0
@@ -134,13 +175,22 @@ def embedding(text: str, dims: int) -> list[float]:
     return [v / norm for v in out[:dims]]
 
 
+def bag_of_words(text: str, dims: int) -> list[float]:
+    out = [0.0] * dims
+    for word in re.findall(r"\w+", text.casefold()):
+        out[int.from_bytes(hashlib.sha256(word.encode()).digest()[:4], "big") % dims] += 1.0
+    norm = sum(v * v for v in out) ** 0.5 or 1.0
+    return [v / norm for v in out]
+
+
 def embeddings_json(req: dict[str, Any]) -> bytes:
     inputs = req.get("input", "")
     texts = [inputs] if isinstance(inputs, str) else [str(i) for i in inputs]
     dims = int(req.get("dimensions") or 64)
+    embed = bag_of_words if "bow" in str(req.get("model", "")) else embedding
     data: list[dict[str, Any]] = []
     for i, text in enumerate(texts):
-        vector = embedding(text, dims)
+        vector = embed(text, dims)
         value: Any = vector
         if req.get("encoding_format") == "base64":
             value = base64.b64encode(struct.pack(f"<{dims}f", *vector)).decode()
@@ -199,7 +249,15 @@ async def chat(scope: Scope, receive: Receive, send: Send) -> None:
         await asyncio.sleep(delay)
     if model.startswith("bench-mem0"):
         stats["chat"] += 1
+        stats["mem0"] += 1
         await respond(send, 200, mem0_reply(model))
+        return
+    if RECORD:
+        _last_bodies[model] = _last_bodies[""] = raw
+    sized = _REPLY_IN_MODEL.search(model)
+    if sized and req.get("stream") is not True:
+        stats["chat"] += 1
+        await respond(send, 200, sized_reply(model, req, int(sized.group(1))))
         return
     if req.get("stream") is True:
         stats["stream"] += 1
@@ -210,6 +268,15 @@ async def chat(scope: Scope, receive: Receive, send: Send) -> None:
         return
     stats["chat"] += 1
     await respond(send, 200, _cached_completion(model))
+
+
+async def last_body(scope: Scope, send: Send) -> None:
+    query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+    body = _last_bodies.get(query.get("model", [""])[0])
+    if body is None:
+        await respond(send, 404, b'{"error":{"message":"nothing recorded","type":"not_found"}}')
+    else:
+        await respond(send, 200, body)
 
 
 async def app(scope: Scope, receive: Receive, send: Send) -> None:
@@ -234,6 +301,8 @@ async def app(scope: Scope, receive: Receive, send: Send) -> None:
         await respond(send, 200, b'{"status":"ok"}')
     elif path == "/bench/stats":
         await respond(send, 200, json.dumps(stats).encode())
+    elif RECORD and method == "GET" and path == "/_last":
+        await last_body(scope, send)
     elif path.endswith("/models"):
         stats["other"] += 1
         body = {"object": "list", "data": [{"id": "bench", "object": "model", "created": CREATED}]}
