@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, and_, exists, func, insert, or_, select, update
+from sqlalchemy import Connection, and_, case, exists, func, insert, or_, select, update
 from sqlalchemy.orm import aliased
 
 from memory_bridge.storage.tables import jobs
@@ -180,14 +180,28 @@ def release(conn: Connection, owner: str) -> int:
 
 
 def requeue(conn: Connection, token_id: int, job_id: int) -> bool:
-    """An operator's retry of a failed or unknown job: pending again, attempts from zero."""
+    """An operator's retry of a failed or unknown job: pending again, with a fresh budget.
+
+    An unknown job is replayed from its start: its step ("the add may have happened") is what
+    the operator has just ruled on, so it is cleared (else the replay would end unknown again
+    without sending anything). A failed job keeps its step (a Gateway add that succeeded is not
+    sent again, only its flush). Attempts restart at one, not zero: the next run is still a
+    retry for its consumer (Mem0 first removes what earlier attempts of the turn wrote).
+    """
     now = time.time()
     result = conn.execute(
         update(jobs)
         .where(
             jobs.c.id == job_id, jobs.c.token_id == token_id, jobs.c.status.in_((FAILED, UNKNOWN))
         )
-        .values(status=PENDING, attempts=0, next_attempt_at=now, last_error=None, updated_at=now)
+        .values(
+            status=PENDING,
+            step=case((jobs.c.status == UNKNOWN, None), else_=jobs.c.step),
+            attempts=1,
+            next_attempt_at=now,
+            last_error=None,
+            updated_at=now,
+        )
     )
     return bool(result.rowcount)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
+from functools import partial
 
 from memory_bridge.sources import mem0_config
 from memory_bridge.sources.base import Exchange, OnRecallFailure, Recall
@@ -96,18 +97,35 @@ class LongTermMemory:
         lock = self._add_locks.get(ns)
         if lock is None:
             lock = self._add_locks[ns] = asyncio.Lock()
-        tag = {EVENT_ID_KEY: exchange.event_id} if exchange.event_id else None
-        async with asyncio.timeout(self._store_timeout), lock:
-            if tag is not None and exchange.attempt > 1:
-                # At least once made effectively once: what an earlier attempt of this turn
-                # wrote (tagged with the turn's event id) goes before the add is repeated.
-                removed = await self._forget_event(spec, ns, exchange.event_id)
-                if removed:
-                    log.info(
-                        "long-term memory: %d memory(ies) of an earlier attempt removed", removed
-                    )
-            added = await self.pool.add(spec, ns, messages, config.memory_prompt, tag)
+        async with asyncio.timeout(self._store_timeout):
+            await lock.acquire()
+            # The namespace is held until the write has really ended, not until we stop
+            # waiting for it: an attempt that times out goes on in its thread and may still
+            # write, and a retry of the turn (which removes what earlier attempts wrote, then
+            # adds) must not run beside it.
+            write = asyncio.create_task(
+                self._write(spec, ns, messages, config.memory_prompt, exchange)
+            )
+            write.add_done_callback(partial(_written, lock))
+            added = await asyncio.shield(write)
         log.debug("long-term memory: %d memory(ies) added", added)
+
+    async def _write(
+        self,
+        spec: mem0_config.Mem0Spec,
+        ns: str,
+        messages: list[dict[str, str]],
+        prompt: str | None,
+        exchange: Exchange,
+    ) -> int:
+        tag = {EVENT_ID_KEY: exchange.event_id} if exchange.event_id else None
+        if tag is not None and exchange.attempt > 1:
+            # At least once made effectively once: what an earlier attempt of this turn
+            # wrote (tagged with the turn's event id) goes before the add is repeated.
+            removed = await self._forget_event(spec, ns, exchange.event_id)
+            if removed:
+                log.info("long-term memory: %d memory(ies) of an earlier attempt removed", removed)
+        return await self.pool.add(spec, ns, messages, prompt, tag)
 
     async def _forget_event(self, spec: mem0_config.Mem0Spec, ns: str, event_id: str) -> int:
         removed = 0
@@ -167,3 +185,11 @@ class LongTermMemory:
         if not mem0_config.enabled(config):
             raise LayerOff
         return mem0_config.build_spec(token_id, config, self.pool.mem0_dir)
+
+
+def _written(lock: asyncio.Lock, task: asyncio.Task[int]) -> None:
+    """A write ended (maybe long after its caller gave up): free its namespace, and take its
+    outcome so an abandoned failure is not reported as never retrieved."""
+    lock.release()
+    if not task.cancelled():
+        task.exception()
