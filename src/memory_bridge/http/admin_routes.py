@@ -84,9 +84,9 @@ async def create_token(request: Request, validate: ValidateParam = True) -> JSON
 
 @router.get("/tokens", response_model=TokenList, response_model_exclude_unset=True)
 async def list_tokens(request: Request) -> dict[str, Any]:
-    runtime = _runtime(request)
-    records = await runtime.tokens.list()
-    return {"data": [token_admin.detail(r, runtime.sources) for r in records]}
+    state = request.app.state
+    records = await state.tokens.list()
+    return {"data": [token_admin.detail(r, state.sources) for r in records]}
 
 
 @router.get(
@@ -96,11 +96,11 @@ async def list_tokens(request: Request) -> dict[str, Any]:
     responses=error_responses(404),
 )
 async def get_token(request: Request, token_id: TokenId) -> dict[str, Any]:
-    runtime = _runtime(request)
-    record = await runtime.tokens.get(token_id)
+    state = request.app.state
+    record = await state.tokens.get(token_id)
     if record is None:
         raise token_admin.not_found(token_id)
-    return token_admin.detail(record, runtime.sources)
+    return token_admin.detail(record, state.sources)
 
 
 @router.patch(
