@@ -121,6 +121,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             if worker is not None:
                 await worker.stop(settings.background_drain_timeout)
+            await app.state.traces.close()
             await llm_session.close()
             await runtime.close()
             log.info("MemoryBridge stopped")

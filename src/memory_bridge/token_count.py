@@ -8,7 +8,7 @@ billing: one encoding serves every upstream model (docs/decisions.md).
 
 from __future__ import annotations
 
-from functools import cache
+from functools import cache, lru_cache
 
 import tiktoken
 
@@ -25,7 +25,9 @@ def load() -> None:
     _encoding()
 
 
+@lru_cache(maxsize=8192)
 def count_tokens(text: str) -> int:
+    """Cached: the same texts (history messages, memories) come back request after request."""
     if not text:
         return 0
     return len(_encoding().encode_ordinary(text))

@@ -123,15 +123,17 @@ async def test_traces_are_kept_for_a_bounded_count_and_age(tmp_path: Path) -> No
     try:
         by_count = TraceStore(db, keep_count=5, keep_seconds=3600)
         for i in range(100):
-            await by_count.save(1, f"{i:08x}", {"n": i})
-        await by_count.save(2, "0000000a", {"n": "other token"})
+            by_count.save(1, f"{i:08x}", {"n": i})
+            await by_count.flush()
+        by_count.save(2, "0000000a", {"n": "other token"})
         assert await by_count.get(1, f"{99:08x}") == {"n": 99}
         assert await by_count.get(1, f"{95:08x}") == {"n": 95}
         assert await by_count.get(1, f"{90:08x}") is None  # pruned: only the newest are kept
         assert await by_count.get(2, "0000000a") == {"n": "other token"}
         by_age = TraceStore(db, keep_count=1000, keep_seconds=0.0)
         for i in range(50):
-            await by_age.save(3, f"{i:08x}", {"n": i})
+            by_age.save(3, f"{i:08x}", {"n": i})
+        await by_age.close()
         assert await by_age.get(3, f"{48:08x}") is None  # older than the age limit
     finally:
         await db.close()

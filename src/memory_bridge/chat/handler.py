@@ -188,21 +188,10 @@ class ChatHandler:
         return True
 
     def _keep_trace(self, turn: Turn, trace: dict[str, Any]) -> None:
-        """Saved off the response's path: a trace never delays or fails a request."""
-        if self._traces is None:
-            return
-        task: asyncio.Task[object] = asyncio.create_task(
-            self._save_trace(self._traces, turn, trace)
-        )
-        self._inline.add(task)
-        task.add_done_callback(self._inline.discard)
-
-    @staticmethod
-    async def _save_trace(traces: TraceStore, turn: Turn, trace: dict[str, Any]) -> None:
-        try:
-            await traces.save(turn.scope.token_id, turn.request_id, trace)
-        except Exception as exc:
-            log.warning("could not keep the context trace: %s", type(exc).__name__)
+        """Queued, written in a batch off the response's path: a trace never delays or fails
+        a request."""
+        if self._traces is not None:
+            self._traces.save(turn.scope.token_id, turn.request_id, trace)
 
     async def _audit_not_stored(self, turn: Turn, exc: Exception) -> None:
         try:

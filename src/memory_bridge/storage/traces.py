@@ -1,12 +1,19 @@
 """Context traces, kept for a bounded count and age per token.
 
-A trace is written off the response's path (the caller does not wait for it), and pruning
-runs every `_PRUNE_EVERY` writes of a token rather than on each one.
+Traces are written in batches off the response's path: `save` only queues one, and a flusher
+writes what has queued in one transaction (at most every `flush_interval`, or at once when the
+batch is full). One extra write transaction per request would halve SQLite's write throughput
+under load (it has one writer); a batch costs one per interval. Pruning runs every
+`_PRUNE_EVERY` traces of a token rather than on each. A trace lost to a crash before its
+batch was written is acceptable: traces are diagnostics, not memory.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import logging
 import time
 from typing import Any
 
@@ -15,32 +22,73 @@ from sqlalchemy import Connection, delete, insert, select
 from memory_bridge.storage.db import Database
 from memory_bridge.storage.tables import context_traces
 
+log = logging.getLogger(__name__)
 _PRUNE_EVERY = 50
+_MAX_BATCH = 256
+_MAX_QUEUED = 10_000  # beyond this (the database is failing), new traces are dropped
 
 
 class TraceStore:
-    def __init__(self, db: Database, keep_count: int, keep_seconds: float) -> None:
+    def __init__(
+        self, db: Database, keep_count: int, keep_seconds: float, flush_interval: float = 0.05
+    ) -> None:
         self._db = db
         self._keep_count = keep_count
         self._keep_seconds = keep_seconds
+        self._interval = flush_interval
         self._writes: dict[int, int] = {}
+        self._queued: list[dict[str, Any]] = []
+        self._flusher: asyncio.Task[None] | None = None
 
-    async def save(self, token_id: int, request_id: str, trace: dict[str, Any]) -> None:
-        row = {
-            "token_id": token_id,
-            "request_id": request_id,
-            "created_at": time.time(),
-            "body": json.dumps(trace, ensure_ascii=False, separators=(",", ":")),
-        }
-        writes = self._writes[token_id] = self._writes.get(token_id, 0) + 1
-        prune = writes % _PRUNE_EVERY == 0
+    def save(self, token_id: int, request_id: str, trace: dict[str, Any]) -> None:
+        """Queue a trace; it is written with the next batch."""
+        if len(self._queued) >= _MAX_QUEUED:
+            return
+        self._queued.append(
+            {
+                "token_id": token_id,
+                "request_id": request_id,
+                "created_at": time.time(),
+                "body": json.dumps(trace, ensure_ascii=False, separators=(",", ":")),
+            }
+        )
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush_soon())
+
+    async def _flush_soon(self) -> None:
+        if len(self._queued) < _MAX_BATCH:
+            await asyncio.sleep(self._interval)
+        while self._queued:
+            await self.flush()
+
+    async def flush(self) -> None:
+        """Write every queued trace now (one transaction per batch)."""
+        batch, self._queued = self._queued[:_MAX_BATCH], self._queued[_MAX_BATCH:]
+        if not batch:
+            return
+        prune = []
+        for row in batch:
+            token_id = row["token_id"]
+            writes = self._writes[token_id] = self._writes.get(token_id, 0) + 1
+            if writes % _PRUNE_EVERY == 0:
+                prune.append(token_id)
 
         def work(conn: Connection) -> None:
-            conn.execute(insert(context_traces), row)
-            if prune:
+            conn.execute(insert(context_traces), batch)
+            for token_id in prune:
                 self._prune(conn, token_id)
 
-        await self._db.write(work)
+        try:
+            await self._db.write(work)
+        except Exception as exc:
+            log.warning("could not keep %d context trace(s): %s", len(batch), type(exc).__name__)
+
+    async def close(self) -> None:
+        if self._flusher is not None:
+            with contextlib.suppress(Exception):
+                await self._flusher
+        while self._queued:
+            await self.flush()
 
     def _prune(self, conn: Connection, token_id: int) -> None:
         cutoff = time.time() - self._keep_seconds
@@ -57,6 +105,8 @@ class TraceStore:
             conn.execute(delete(context_traces).where(of_token, context_traces.c.id < oldest_kept))
 
     async def get(self, token_id: int, request_id: str) -> dict[str, Any] | None:
+        await self.flush()  # a trace asked for right after its request is not still queued
+
         def read(conn: Connection) -> str | None:
             return conn.execute(
                 select(context_traces.c.body)
@@ -72,6 +122,7 @@ class TraceStore:
         return None if body is None else dict(json.loads(body))
 
     async def purge(self, token_id: int) -> None:
+        self._queued = [row for row in self._queued if row["token_id"] != token_id]
         await self._db.write(
             lambda conn: conn.execute(
                 delete(context_traces).where(context_traces.c.token_id == token_id)
