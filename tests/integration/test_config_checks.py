@@ -211,11 +211,11 @@ def test_a_search_past_its_deadline_is_a_timeout(
         run.server.stop()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the chat route sends ProxyError.headers once http/chat_routes.py passes them on",
-)
-def test_retry_after_only_where_retrying_can_help(proxy: Proxy, upstream: FakeUpstream) -> None:
+def test_retry_after_only_where_retrying_can_help(
+    mem0_proxy: Proxy, upstream: FakeUpstream
+) -> None:
+    # Mem0 alone, so each chat asks the embedder exactly once (episodic recall would too).
+    proxy = mem0_proxy
     _, token = proxy.create_token(**memory_fields(proxy.upstream_url))
     upstream.embedding_status = 503
     transient = chat(proxy, token, "now?")

@@ -101,7 +101,8 @@ async def serve(
         except ProxyError as exc:
             watcher.stop()
             error = error_body(exc.status, exc.type, exc.message)
-            await send_whole(send, exc.status, _JSON, error)
+            extra = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in exc.headers]
+            await send_whole(send, exc.status, [*_JSON, *extra], error)
             return
         except Exception as exc:
             # The class only: a message or traceback could quote the token's config.
