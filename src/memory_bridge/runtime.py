@@ -103,7 +103,9 @@ class Runtime:
     def create_worker(self) -> JobWorker:
         settings = self.settings
         consumers = {
-            s.name: SourceConsumer(s, self.tokens)
+            # The Gateway's calls are async HTTP, ended by a cancel; Mem0 and the vector
+            # engine run in threads that a cancel does not stop.
+            s.name: SourceConsumer(s, self.tokens, cancel_safe=s.name == MemoryGateway.name)
             for s in self.sources
             if s.name in (MemoryGateway.name, LongTermMemory.name, EpisodicMemory.name)
         }

@@ -117,6 +117,7 @@ class _Recorder:
     """A consumer that records what it ran and fails as told."""
 
     name = "c"
+    cancel_safe = True
 
     def __init__(self, outcomes: dict[str, list[BaseException | None]]) -> None:
         self.outcomes = outcomes
@@ -220,3 +221,43 @@ async def test_the_worker_keeps_per_session_order_under_concurrency(db: Database
     for session in range(3):
         ran = [e for e, _ in consumer.ran if e.endswith(f"-s{session}")]
         assert ran == sorted(ran) and len(ran) == 10
+
+
+class _Stuck:
+    """A consumer whose run never ends by itself (its work outlives a cancel, or not)."""
+
+    def __init__(self, name: str, cancel_safe: bool) -> None:
+        self.name = name
+        self.cancel_safe = cancel_safe
+        self.started = asyncio.Event()
+
+    async def run(self, job: Job, event: StoredEvent, progress: JobStep) -> None:
+        self.started.set()
+        await asyncio.Event().wait()
+
+
+async def test_stopping_releases_only_the_leases_whose_work_a_cancel_ends(db: Database) -> None:
+    safe, unsafe = _Stuck("safe", True), _Stuck("unsafe", False)
+    for name in ("safe", "unsafe"):
+        from memory_bridge.events import log
+        from memory_bridge.events.model import EventType, NewEvent
+
+        event = NewEvent(EventType.SESSION_STARTED, f"k-{name}", {"user": "", "session": name}, {})
+
+        def work(conn: Connection, event: NewEvent = event, name: str = name) -> None:
+            log.append(conn, 1, [event])
+            queue.enqueue(conn, event.event_id, 1, f"k-{name}", [name])
+
+        await db.write(work)
+    worker = JobWorker(db, {"safe": safe, "unsafe": unsafe}, WorkerSettings(poll=0.05))
+    worker.start()
+    await asyncio.wait_for(asyncio.gather(safe.started.wait(), unsafe.started.wait()), 30)
+    await worker.stop(0.05)
+
+    def leases(conn: Connection) -> dict[str, tuple[str, str | None]]:
+        rows = conn.execute(select(jobs.c.consumer, jobs.c.status, jobs.c.lease_owner))
+        return {r.consumer: (r.status, r.lease_owner) for r in rows}
+
+    found = await db.run(leases)
+    assert found["safe"] == (queue.PENDING, None)  # claimable at once by the next worker
+    assert found["unsafe"] == (queue.RUNNING, worker.owner)  # left to expire

@@ -18,8 +18,9 @@ from memory_bridge.turn import Reply, Scope, Turn
 class SourceConsumer:
     """Runs `source.remember` for the turn an event records."""
 
-    def __init__(self, source: MemorySource, tokens: TokenStore) -> None:
+    def __init__(self, source: MemorySource, tokens: TokenStore, cancel_safe: bool) -> None:
         self.name = source.name
+        self.cancel_safe = cancel_safe
         self._source = source
         self._tokens = tokens
 

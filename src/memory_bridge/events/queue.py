@@ -169,11 +169,12 @@ def set_step(conn: Connection, job: Job, step: str) -> bool:
     return bool(result.rowcount)
 
 
-def release(conn: Connection, owner: str) -> int:
-    """Give back every job `owner` still holds (a worker stopping): claimable at once."""
+def release(conn: Connection, owner: str, keep: Sequence[int] = ()) -> int:
+    """Give back every job `owner` still holds (a worker stopping), but those in `keep`:
+    claimable at once."""
     result = conn.execute(
         update(jobs)
-        .where(jobs.c.lease_owner == owner, jobs.c.status == RUNNING)
+        .where(jobs.c.lease_owner == owner, jobs.c.status == RUNNING, jobs.c.id.not_in(keep))
         .values(status=PENDING, lease_owner=None, lease_expires_at=None, updated_at=time.time())
     )
     return int(result.rowcount)

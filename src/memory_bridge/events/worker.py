@@ -34,6 +34,10 @@ log = logging.getLogger(__name__)
 
 class Consumer(Protocol):
     name: str
+    # False when cancelling a run may leave its work going on in a thread (a Mem0 add): the
+    # lease of such a job is then left to expire rather than released, so no other worker
+    # repeats the job beside the write still under way.
+    cancel_safe: bool
 
     async def run(self, job: Job, event: StoredEvent, progress: JobStep) -> None: ...
 
@@ -68,7 +72,7 @@ class JobWorker:
         self.owner = worker_id()
         self._wake = asyncio.Event()
         self._stopping = False
-        self._running: set[asyncio.Task[None]] = set()
+        self._running: dict[asyncio.Task[None], Job] = {}
         self._loop_task: asyncio.Task[None] | None = None
         self.completed = 0
 
@@ -90,7 +94,7 @@ class JobWorker:
                     log.error("claiming jobs failed: %s", type(exc).__name__)
             for job in claimed:
                 task = asyncio.create_task(self._run(job))
-                self._running.add(task)
+                self._running[task] = job
                 task.add_done_callback(self._finished)
             if claimed and len(claimed) == free:
                 continue  # more may be waiting
@@ -102,7 +106,7 @@ class JobWorker:
                 pass
 
     def _finished(self, task: asyncio.Task[None]) -> None:
-        self._running.discard(task)
+        self._running.pop(task, None)
         self._wake.set()  # a slot is free, and the job's successor may now be claimable
 
     def _claim(self, limit: int) -> Callable[[Connection], list[Job]]:
@@ -179,15 +183,21 @@ class JobWorker:
         self._wake.set()
         if self._loop_task is not None:
             await asyncio.gather(self._loop_task, return_exceptions=True)
+        kept: list[int] = []
         if self._running:
             _, pending = await asyncio.wait(set(self._running), timeout=timeout)
             for task in pending:
+                job = self._running.get(task)
+                if job is not None and not self._consumers[job.consumer].cancel_safe:
+                    kept.append(job.id)
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
         owner = self.owner
-        released = await self._db.write(lambda conn: queue.release(conn, owner))
+        released = await self._db.write(lambda conn: queue.release(conn, owner, kept))
         if released:
             log.info("released %d job lease(s) at shutdown", released)
+        if kept:
+            log.info("%d job lease(s) left to expire: their work may still be writing", len(kept))
 
 
 class _JobProgress:

@@ -80,7 +80,8 @@ async def jobs_needing_attention(
 
 @router.post("/{job_id}/retry", response_model=JobItem, responses=error_responses(404, 409))
 async def retry_job(request: Request, token_id: TokenId, job_id: JobId) -> JobItem:
-    """Put a failed or unknown job back in the queue (attempts from zero). For an unknown
+    """Put a failed or unknown job back in the queue (counted as a retry: Mem0 first removes
+    what earlier attempts wrote; an unknown job's step is cleared, so it runs again). For an unknown
     Gateway add this may store the turn twice: check the Gateway first."""
     runtime = await _known(request, token_id)
 
