@@ -46,7 +46,12 @@ def test_a_long_message_is_stored_cut_with_a_marker_and_forwarded_whole(
 ) -> None:
     token = small.create_token()[1]
     long_text = "é" * 5000  # 10,000 bytes of UTF-8
-    _turn(small, upstream, token, [user(long_text)], "noted")
+    upstream.enqueue(Scenario(content="noted"))
+    response = small.chat(token, model=MODEL, messages=[user(long_text)])
+    assert response.status_code == 200, response.text
+    token_id = small.admin("GET", "/tokens").json()["data"][0]["id"]
+    trace = small.admin("GET", f"/tokens/{token_id}/traces/{response.headers['x-request-id']}")
+    assert trace.json()["stored_shortened"] == 1  # the trace says the turn is stored cut
     assert upstream.chat_requests[-1].json["messages"][-1]["content"] == long_text
     rows = stored_rows(small)
     assert [r[3] for r in rows] == ["user", "assistant"]

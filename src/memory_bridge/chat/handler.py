@@ -24,6 +24,7 @@ from memory_bridge.context.recall import recall_all
 from memory_bridge.context.template import MemoryTemplate
 from memory_bridge.errors import invalid_request
 from memory_bridge.events.recorder import TurnRecorder
+from memory_bridge.message_bounds import bounded
 from memory_bridge.messages import conversation, latest_user_text
 from memory_bridge.sources.base import MemorySource, Recall
 from memory_bridge.storage.events import EventLog
@@ -123,6 +124,10 @@ class ChatHandler:
             recalls = [replace(r, history=()) if r.history else r for r in recalls]
         forged = forge(recalls, messages, self._forge_rules, count_tokens, time.time())
         recalls = forged.recalls
+        limit = self._recorder.max_message_bytes
+        cut = sum(1 for m in conversation(messages) if bounded(m, limit) is not m)
+        if cut:  # these will be stored shortened (MAX_STORED_MESSAGE_BYTES, placeholders)
+            forged.trace["stored_shortened"] = cut
         self._keep_trace(turn, forged.trace)
         forwarded = wire.forward(body, messages, recalls, self._templates[config.template])
         payload = req.body

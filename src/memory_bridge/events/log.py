@@ -44,10 +44,11 @@ def append(
     *,
     versions: dict[str, int] | None = None,
 ) -> list[StoredEvent]:
-    """Append `events` in order, project each, and return them as stored.
+    """Append `events` in order, project each, and return them as stored (their log `id` is
+    not read back: 0; `read` gives it).
 
-    `versions` carries the aggregates' current versions when the caller already read them
-    (one query fewer on the hot path); the database's unique constraint guards either way.
+    `versions` carries the aggregates' current versions when the caller knows them (one query
+    fewer on the hot path); the database's unique constraint guards either way.
     """
     known = dict(versions or {})
     now = datetime.now(UTC)
@@ -73,14 +74,10 @@ def append(
         )
     if not rows:
         return []
-    ids = (
-        conn.execute(_INSERT.returning(memory_events.c.id, sort_by_parameter_order=True), rows)
-        .scalars()
-        .all()
-    )
+    conn.execute(_INSERT, rows)
     stored = [
         StoredEvent(
-            id=int(row_id),
+            id=0,
             event_id=row["event_id"],
             token_id=token_id,
             type=row["type"],
@@ -91,7 +88,7 @@ def append(
             embed_model=event.embed_model,
             created_at=now,
         )
-        for row_id, row, event in zip(ids, rows, events, strict=True)
+        for row, event in zip(rows, events, strict=True)
     ]
     for appended in stored:
         project(conn, appended, now)

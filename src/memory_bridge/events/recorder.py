@@ -20,6 +20,8 @@ from memory_bridge.storage.db import Database
 from memory_bridge.storage.sessions import stored_form
 from memory_bridge.turn import Reply, Scope
 
+_VERSION_MEMO = 10_000
+
 
 def turn_payload(
     scope: Scope, messages: Sequence[Message], query: str, reply: Reply, max_bytes: int
@@ -40,6 +42,14 @@ class TurnRecorder:
         self._db = db
         self._max_bytes = max_message_bytes
         self._listeners: list[Callable[[], None]] = []
+        # The last version this process appended per session: the next turn skips reading it.
+        # Another process may have appended since; the unique version then refuses the insert
+        # and the retry reads the version afresh.
+        self._versions: dict[str, int] = {}
+
+    @property
+    def max_message_bytes(self) -> int:
+        return self._max_bytes
 
     def on_enqueued(self, listener: Callable[[], None]) -> None:
         """Call `listener()` after a turn's jobs are committed (a worker's wake-up)."""
@@ -59,8 +69,14 @@ class TurnRecorder:
         appended = NewEvent(EventType.SESSION_APPENDED, aggregate, payload, meta)
         order_key = aggregate
 
+        attempts = 0
+
         def work(conn: Connection) -> StoredEvent:
-            version = log.current_version(conn, aggregate)
+            nonlocal attempts
+            attempts += 1
+            version = self._versions.get(aggregate) if attempts == 1 else None
+            if version is None:
+                version = log.current_version(conn, aggregate)
             events = [appended]
             if version == 0:
                 started = {"user": scope.user, "session": scope.session}
@@ -69,7 +85,14 @@ class TurnRecorder:
             queue.enqueue(conn, appended.event_id, scope.token_id, order_key, consumers)
             return stored[-1]
 
-        event = await log.write_appending(self._db, work)
+        try:
+            event = await log.write_appending(self._db, work)
+        except BaseException:
+            self._versions.pop(aggregate, None)
+            raise
+        if len(self._versions) >= _VERSION_MEMO:
+            self._versions.clear()
+        self._versions[aggregate] = event.version
         if consumers:
             for listener in self._listeners:
                 listener()

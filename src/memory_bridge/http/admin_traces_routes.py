@@ -37,6 +37,8 @@ class Trace(BaseModel):
     recalled_tokens: int
     candidates: list[dict[str, Any]]
     blocks: list[dict[str, Any]]
+    # The request's messages that are stored shortened (cut text, payload placeholders).
+    stored_shortened: int = 0
 
 
 @router.get("/{request_id}", response_model=Trace, responses=error_responses(404))
