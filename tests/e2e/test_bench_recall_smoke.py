@@ -1,4 +1,5 @@
-"""The LoCoMo recall benchmark still runs end to end on one conversation and a few questions.
+"""The LoCoMo recall benchmark still runs end to end on one conversation and a few questions,
+every variant, and a tiny speed stage.
 
 This checks that `scripts/bench_recall.py` works and reports every figure in range, not how good
 or fast retrieval is: no assertion depends on timing or on a recall level.
@@ -37,6 +38,10 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "1",
         "--limit-questions",
         "10",
+        "--speed",
+        "300",
+        "--speed-queries",
+        "10",
         workdir=tmp_path_factory.mktemp("bench-recall"),
     )
 
@@ -69,7 +74,31 @@ def test_overall_and_categories_are_in_range(report: dict[str, Any]) -> None:
     assert sum(s["questions"] for s in report["by_category"].values()) == 10
 
 
+def test_every_variant_is_scored(report: dict[str, Any]) -> None:
+    variants = report["variants"]
+    assert variants[0]["name"] == "product"
+    assert variants[0]["overall"] == report["overall"]
+    names = {v["name"] for v in variants}
+    assert {"ctx-1/1", "ctx-0.5/1", "plain-1/1", "ctx-1/1-dated"} <= names
+    for variant in variants:
+        _check(variant["overall"])
+        assert sum(s["questions"] for s in variant["by_category"].values()) == 10
+
+
+def test_the_speed_stage_times_recall(report: dict[str, Any]) -> None:
+    (row,) = report["speed"]["rows"]
+    assert row["memories"] == 300
+    for state in ("as_filled", "optimized"):
+        figures = row[state]
+        assert figures["queries"] > 0
+        assert figures["mean_candidates"] > 0
+        for part in ("recall", "embed", "search"):
+            assert 0 < figures[part]["p50_ms"] <= figures[part]["p95_ms"], (state, part)
+
+
 def test_the_table_is_printed(report: dict[str, Any]) -> None:
     assert "| conversation |" in report["stdout"]
     assert "**overall**" in report["stdout"]
     assert "reference dense MiniLM" in report["stdout"]
+    assert "| variant |" in report["stdout"]
+    assert "| memories |" in report["stdout"]

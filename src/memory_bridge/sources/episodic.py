@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Callable
 
 from memory_bridge.candidates import Candidate
 from memory_bridge.sources.base import Exchange, OnRecallFailure, Recall
@@ -46,8 +47,20 @@ class EpisodicMemory:
         search_timeout: float,
         store_timeout: float,
         enabled: bool = True,
+        *,
+        dense_weight: float = 1.0,
+        sparse_weight: float = 1.0,
+        index_context: bool = True,
+        clock: Callable[[], float] = time.time,
     ) -> None:
+        # The keyword arguments are the fusion weights of the engine's hybrid search, whether
+        # the sparse side indexes a message with its context, and the clock of `created_at`:
+        # defaults for the proxy, set otherwise by the benchmarks (scripts/bench_recall.py).
         self._enabled = enabled
+        self._dense_weight = dense_weight
+        self._sparse_weight = sparse_weight
+        self._index_context = index_context
+        self._clock = clock
         self._engine = engine
         self._embedders = embedders
         self._executor = executor
@@ -77,6 +90,8 @@ class EpisodicMemory:
                     where=Where(user=user, kind=KIND),
                     limit=DEPTH,
                     prefetch_limit=PREFETCH,
+                    dense_weight=self._dense_weight,
+                    sparse_weight=self._sparse_weight,
                 )
             )
         candidates = tuple(
@@ -119,11 +134,12 @@ class EpisodicMemory:
                 continue
             text = msg.text().strip()[:MAX_TEXT_CHARS]
             if text:
-                texts.append((text, f"{previous}\n{text}" if previous else text))
+                in_context = f"{previous}\n{text}" if previous and self._index_context else text
+                texts.append((text, in_context))
                 previous = text
         if not texts:
             return
-        now = time.time()
+        now = self._clock()
         async with asyncio.timeout(self._store_timeout):
             vectors = await self._embedders.embed(spec, [t for t, _ in texts])
             points = [

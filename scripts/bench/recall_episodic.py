@@ -1,0 +1,338 @@
+"""The product's episodic recall on LoCoMo, driven through its own code (`scripts/bench_recall.py`).
+
+Indexing: one token, one end user per conversation (its `sample_id`), each LoCoMo session a
+session. In a session the speaker of its first turn plays the end user and the other speaker
+the assistant; each exchange (a user turn and the reply to it) is handed, in order, to
+`EpisodicMemory.remember` as the queue's job would hand it: the user turn as the exchange's new
+message, the reply as the upstream's reply, a unique event id. `remember` embeds both with the
+token's embedder (the local all-MiniLM-L6-v2), and the engine (embedded Qdrant Edge, in a
+temporary directory) stores them with BM25 of the text in its context.
+
+Recall: each question goes through `EpisodicMemory.recall` (query embedding, hybrid search of
+the end user's messages, weighted RRF in the engine) and the Context Forge's `rank` (weighted
+RRF + recency); the candidates in the order of the forge's final score are the ranking scored.
+A candidate's dia id is found from its lineage (event id) and its text. Latency: `recall` +
+`rank`, one query at a time.
+
+Variants change only what the product lets a caller set (`EpisodicMemory`'s keyword
+arguments, the forge's `RankWeights`); the `product` variant sets nothing, so it is what the
+proxy runs. Embeddings of stored texts are memoised across the variants' indexes (the embedder
+is deterministic); every query is embedded for real.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.locomo import Conversation, Scored, Turn, by_category, score, summarize
+from memory_bridge.context.forge.rank import RankWeights, rank
+from memory_bridge.messages import Message
+from memory_bridge.sources.base import Exchange
+from memory_bridge.sources.blocking import BlockingExecutor
+from memory_bridge.sources.embedder import Embedders, EmbedderSpec, embedder_spec
+from memory_bridge.sources.episodic import MAX_TEXT_CHARS, EpisodicMemory
+from memory_bridge.tenancy.config import TokenConfig
+from memory_bridge.turn import Reply, Scope
+from memory_bridge.turn import Turn as ChatTurn
+from memory_bridge.vectors.edge import EdgeEngine
+
+TIMEOUT = 120.0  # generous: the benchmark measures latency, it does not enforce it
+THREADS = 2
+DAY = 86400.0
+
+
+def token_config() -> TokenConfig:
+    """A token whose embedder is the packaged local MiniLM; its memory LLM is never called."""
+    return TokenConfig(
+        name="bench-recall",
+        llm_base_url="http://127.0.0.1:9",
+        memory_llm_provider="openai",
+        memory_llm_base_url="http://127.0.0.1:9",
+        memory_llm_body={"model": "unused"},
+        embed_provider="local",
+        embed_dims=384,
+    )
+
+
+class CachingEmbedders(Embedders):
+    """The real embedder, memoised per text: for indexing the same texts more than once."""
+
+    def __init__(self, client: httpx.AsyncClient, executor: BlockingExecutor) -> None:
+        super().__init__(client, executor)
+        self._cache: dict[tuple[str, str], list[float]] = {}
+        self.computed = 0
+
+    async def embed(self, spec: EmbedderSpec, texts: list[str]) -> list[list[float]]:
+        missing = [t for t in dict.fromkeys(texts) if (spec.model_id, t) not in self._cache]
+        if missing:
+            vectors = await super().embed(spec, missing)
+            self.computed += len(missing)
+            self._cache.update(zip(((spec.model_id, t) for t in missing), vectors, strict=True))
+        return [self._cache[(spec.model_id, t)] for t in texts]
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """None: the product's default (the keyword argument is not passed)."""
+
+    name: str
+    dense: float | None = None
+    sparse: float | None = None
+    context: bool | None = None
+    dated: bool = False
+    apply: str = "both"  # where the weights apply: "both", "engine" (only), "forge" (only)
+
+    @property
+    def index_key(self) -> tuple[bool | None, bool]:
+        return (self.context, self.dated)
+
+    def describe(self) -> str:
+        if self.name == "product":
+            return "product defaults (no setting passed)"
+        context = {None: "default", True: "in context", False: "plain"}[self.context]
+        where = "" if self.apply == "both" else f" ({self.apply} only)"
+        dated = ", stored at the sessions' dates" if self.dated else ""
+        return f"BM25 {context}, dense/sparse {self.dense:g}/{self.sparse:g}{where}{dated}"
+
+
+PRODUCT = Variant("product")
+_SPEC = re.compile(r"(ctx|plain)-([0-9.]+)/([0-9.]+)(-engine|-forge)?(-dated)?")
+DEFAULT_VARIANTS = (
+    "ctx-1/1,ctx-0.5/1,plain-1/1,plain-0.5/1,ctx-0/1,ctx-1/0,ctx-1/1-dated,ctx-0.5/1-dated"
+)
+
+
+def parse_variants(spec: str) -> list[Variant]:
+    """`product` (always first) plus e.g. "ctx-0.5/1", "plain-1/1", "ctx-1/1-dated";
+    "-engine" / "-forge" apply the weights to the engine's fusion or the forge's rank only."""
+    out = [PRODUCT]
+    for part in (p.strip() for p in spec.split(",")):
+        if not part or part == "product":
+            continue
+        match = _SPEC.fullmatch(part)
+        if match is None:
+            raise ValueError(
+                f"variant {part!r}: want [ctx|plain]-<dense>/<sparse>[-engine|-forge][-dated]"
+            )
+        out.append(
+            Variant(
+                part,
+                dense=float(match.group(2)),
+                sparse=float(match.group(3)),
+                context=match.group(1) == "ctx",
+                dated=bool(match.group(5)),
+                apply=(match.group(4) or "-both")[1:],
+            )
+        )
+    return out
+
+
+def _settings(variant: Variant, *, query: bool) -> dict[str, Any]:
+    """The keyword arguments of `EpisodicMemory` this variant sets."""
+    kwargs: dict[str, Any] = {}
+    if query and variant.apply != "forge":
+        if variant.dense is not None:
+            kwargs["dense_weight"] = variant.dense
+        if variant.sparse is not None:
+            kwargs["sparse_weight"] = variant.sparse
+    elif variant.context is not None:
+        kwargs["index_context"] = variant.context
+    return kwargs
+
+
+def rank_weights(variant: Variant) -> RankWeights:
+    weights = RankWeights()
+    if variant.apply == "engine":
+        return weights
+    if variant.dense is not None:
+        weights = dataclasses.replace(weights, dense=variant.dense)
+    if variant.sparse is not None:
+        weights = dataclasses.replace(weights, sparse=variant.sparse)
+    return weights
+
+
+def exchanges(turns: Sequence[Turn]) -> list[tuple[list[Turn], Turn | None]]:
+    """(the end user's new turns, the reply) in order; the first speaker plays the end user."""
+    if not turns:
+        return []
+    user = turns[0].speaker
+    out: list[tuple[list[Turn], Turn | None]] = []
+    pending: list[Turn] = []
+    for turn in turns:
+        if turn.speaker == user:
+            pending.append(turn)
+        else:
+            out.append((pending, turn))
+            pending = []
+    if pending:
+        out.append((pending, None))
+    return out
+
+
+@dataclass(slots=True)
+class IndexedConversation:
+    conversation: Conversation
+    dia_ids: dict[tuple[str, str], str]  # (event id, stored text) -> dia id
+    now: float | None  # the clock of ranking for dated variants (a day after the last session)
+
+
+class EpisodicBench:
+    def __init__(self, data_dir: Path) -> None:
+        self.engine = EdgeEngine(data_dir / "edge")
+        self.executor = BlockingExecutor(THREADS, "vectors")
+        self.client = httpx.AsyncClient()
+        self.embedders = Embedders(self.client, self.executor)
+        self.caching = CachingEmbedders(self.client, self.executor)
+        self.config = token_config()
+        spec = embedder_spec(self.config)
+        assert spec is not None
+        self.spec = spec
+        self._tokens: dict[tuple[bool | None, bool], int] = {}
+
+    def token(self, key: tuple[bool | None, bool]) -> int:
+        return self._tokens.setdefault(key, len(self._tokens) + 1)
+
+    def memory(
+        self, variant: Variant, *, query: bool, clock: list[float] | None = None
+    ) -> EpisodicMemory:
+        kwargs = _settings(variant, query=query)
+        if clock is not None:
+            kwargs["clock"] = lambda: clock[0]
+        return EpisodicMemory(
+            self.engine,
+            self.embedders if query else self.caching,
+            self.executor,
+            TIMEOUT,
+            TIMEOUT,
+            **kwargs,
+        )
+
+    async def index(self, conv: Conversation, variant: Variant) -> IndexedConversation:
+        """Every turn of `conv` through `remember`, into the shard of `variant`'s index key."""
+        clock = [0.0] if variant.dated else None
+        memory = self.memory(variant, query=False, clock=clock)
+        token = self.token(variant.index_key)
+        dia_ids: dict[tuple[str, str], str] = {}
+        for number, turns in conv.sessions().items():
+            scope = Scope(token_id=token, user=conv.sample_id, session=f"session_{number}")
+            for i, (asked, reply) in enumerate(exchanges(turns)):
+                event_id = f"{conv.sample_id}:s{number}:e{i}"
+                new = tuple(Message(role="user", content=t.text) for t in asked)
+                for t in [*asked, *([reply] if reply else [])]:
+                    dia_ids[(event_id, t.text.strip()[:MAX_TEXT_CHARS])] = t.dia_id
+                turn = ChatTurn(event_id, scope, self.config, new, asked[-1].text if asked else "")
+                exchange = Exchange(
+                    turn=turn,
+                    new_messages=new,
+                    reply=Reply(content=reply.text if reply else None),
+                    event_id=event_id,
+                )
+                if clock is not None:
+                    clock[0] = conv.session_dates[number] + i  # keeps the turns' order
+                await memory.remember(exchange)
+        now = max(conv.session_dates.values()) + DAY if variant.dated else None
+        return IndexedConversation(conv, dia_ids, now)
+
+    async def ask(
+        self, memory: EpisodicMemory, indexed: IndexedConversation, variant: Variant, text: str
+    ) -> tuple[list[str], float]:
+        """The dia ids in the forge's order, and the milliseconds of recall + rank."""
+        conv = indexed.conversation
+        scope = Scope(token_id=self.token(variant.index_key), user=conv.sample_id, session="ask")
+        turn = ChatTurn("q", scope, self.config, (Message(role="user", content=text),), text)
+        started = time.perf_counter()
+        recall = await memory.recall(turn)
+        now = indexed.now if indexed.now is not None else time.time()
+        ranked = rank(recall.candidates, rank_weights(variant), now)
+        latency_ms = (time.perf_counter() - started) * 1000
+        ids = [indexed.dia_ids[(s.candidate.lineage["event_id"], s.candidate.text)] for s in ranked]
+        return ids, latency_ms
+
+    async def close(self) -> None:
+        await self.executor.shutdown(30.0)
+        self.engine.close()
+        await self.client.aclose()
+
+
+async def run(
+    conversations: Sequence[Conversation],
+    data_dir: Path,
+    variants: Sequence[Variant],
+    limit_questions: int | None,
+) -> tuple[dict[str, Any], EpisodicBench]:
+    """The figures of every variant; the bench is returned open (the speed stage reuses its
+    embeddings) and must be closed by the caller."""
+    bench = EpisodicBench(data_dir)
+    indexed: dict[tuple[bool | None, bool], list[IndexedConversation]] = {}
+    ingest: dict[str, Any] = {}
+    for variant in variants:
+        if variant.index_key in indexed:
+            continue
+        started = time.perf_counter()
+        computed = bench.caching.computed
+        indexed[variant.index_key] = [await bench.index(c, variant) for c in conversations]
+        elapsed = time.perf_counter() - started
+        turns = sum(len(c.turns) for c in conversations)
+        ingest[variant.name] = {
+            "turns": turns,
+            "seconds": round(elapsed, 1),
+            "embedded": bench.caching.computed - computed,
+        }
+        print(
+            f"indexed {turns} turns for {variant.name} in {elapsed:.1f} s "
+            f"({bench.caching.computed - computed} embedded)",
+            file=sys.stderr,
+            flush=True,
+        )
+    results: list[dict[str, Any]] = []
+    for variant in variants:
+        memory = bench.memory(variant, query=True)
+        per_conversation: dict[str, Any] = {}
+        all_scored: list[Scored] = []
+        for item in indexed[variant.index_key]:
+            scored = []
+            for question in item.conversation.questions[:limit_questions]:
+                ids, latency_ms = await bench.ask(memory, item, variant, question.text)
+                scored.append(score(question, ids, latency_ms))
+            all_scored.extend(scored)
+            summary = summarize(scored)
+            summary["turns"] = len(item.conversation.turns)
+            per_conversation[item.conversation.sample_id] = summary
+        overall = summarize(all_scored)
+        print(
+            f"{variant.name}: turn@10 {overall['turn@10']:.3f}, p50 {overall['p50_ms']:.1f} ms",
+            file=sys.stderr,
+            flush=True,
+        )
+        results.append(
+            {
+                "name": variant.name,
+                "describe": variant.describe(),
+                "dense_weight": variant.dense,
+                "sparse_weight": variant.sparse,
+                "index_context": variant.context,
+                "dated": variant.dated,
+                "weights_apply": variant.apply,
+                "conversations": per_conversation,
+                "overall": overall,
+                "by_category": by_category(all_scored),
+            }
+        )
+    report = {
+        "pipeline": (
+            "EpisodicMemory.remember per exchange; EpisodicMemory.recall + forge rank "
+            "(embedded Qdrant Edge, local all-MiniLM-L6-v2, 384 dims)"
+        ),
+        "ingest": ingest,
+        "variants": results,
+    }
+    return report, bench

@@ -1,0 +1,239 @@
+"""Recall-stage speed at scale (`scripts/bench_recall.py --speed 10000,100000`): one end user's
+episodic shard filled with N LoCoMo-like messages, then `EpisodicMemory.recall` + the forge's
+`rank` timed end to end, query embedding with the local MiniLM included.
+
+Fill: synthetic messages cycling through the development split's 3,435 turns, the speaker's
+name numbered by the pass (`"Caroline3: <text>"`), handed to
+`EpisodicMemory.remember` 64 messages per exchange (one embedding batch and one upsert per
+call, each message BM25-indexed with the one before it, as the product does). Embedding 100,000
+texts with MiniLM on two shared cores would take over an hour, so the fill's embedder returns
+the MiniLM vector of the turn a message was made from, jittered (Gaussian noise, cosine ~0.95
+to it): the vectors keep the real model's distribution, and the latency of a filtered search
+does not depend on what they mean. Every query is embedded by the real embedder.
+
+Each size is measured on the shard as filled, then again after `optimize()` (the worker's job
+in the product, off the request path; its wall time is reported). The fill grows one shard:
+the 100,000 case adds to the 10,000 one. Per query, also timed apart: the query embedding alone
+and `hybrid_search` alone (the thread hop included in each).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import time
+import zlib
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+import numpy as np
+
+from bench.locomo import Conversation, Turn, percentile
+from bench.recall_episodic import TIMEOUT, EpisodicBench
+from memory_bridge.context.forge.rank import RankWeights, rank
+from memory_bridge.messages import Message
+from memory_bridge.sources.base import Exchange
+from memory_bridge.sources.blocking import BlockingExecutor
+from memory_bridge.sources.embedder import Embedders, EmbedderSpec
+from memory_bridge.sources.episodic import DEPTH, KIND, PREFETCH, EpisodicMemory
+from memory_bridge.turn import Reply, Scope
+from memory_bridge.turn import Turn as ChatTurn
+from memory_bridge.vectors.index import VectorIndex, Where
+
+TOKEN = 1000  # apart from the quality stage's tokens
+USER = "speed-user"
+BATCH = 64  # messages per exchange: one embedding batch of `Embedders` (MAX_BATCH)
+JITTER = 0.0165  # per coordinate: |noise| ~ 0.32, cosine ~0.95 to the base vector (384 d)
+WARMUP = 5
+
+
+class JitterEmbedders(Embedders):
+    """For the fill only: a message's vector is its base turn's MiniLM vector, jittered."""
+
+    def __init__(
+        self, client: httpx.AsyncClient, executor: BlockingExecutor, bases: dict[str, list[float]]
+    ) -> None:
+        super().__init__(client, executor)
+        self._bases = {body: np.asarray(v, dtype=np.float64) for body, v in bases.items()}
+
+    async def embed(self, spec: EmbedderSpec, texts: list[str]) -> list[list[float]]:
+        out = []
+        for text in texts:
+            vector = self._bases[text.split(": ", 1)[1].strip()]
+            rng = np.random.default_rng(zlib.crc32(text.encode()))
+            jittered = vector + rng.normal(0.0, JITTER, vector.shape)
+            out.append((jittered / np.linalg.norm(jittered)).tolist())
+        return out
+
+
+def _body(turn: Turn) -> str:
+    """The turn's text without "<speaker>: " (and stripped, as `remember` strips it)."""
+    return turn.text[len(turn.speaker) + 2 :].strip()
+
+
+def synthetic(turns: Sequence[Turn], start: int, stop: int) -> list[str]:
+    out = []
+    for i in range(start, stop):
+        base = turns[i % len(turns)]
+        copy = i // len(turns)
+        name = f"{base.speaker}{copy}" if copy else base.speaker
+        out.append(f"{name}: {_body(base)}")
+    return out
+
+
+async def _fill(
+    memory: EpisodicMemory, bench: EpisodicBench, turns: Sequence[Turn], start: int, stop: int
+) -> None:
+    for at in range(start, stop, BATCH):
+        texts = synthetic(turns, at, min(stop, at + BATCH))
+        new = tuple(
+            Message(role="user" if (at + j) % 2 == 0 else "assistant", content=t)
+            for j, t in enumerate(texts[:-1])
+        )
+        event_id = f"fill-{at}"
+        scope = Scope(token_id=TOKEN, user=USER, session=f"s{at // 1000}")
+        turn = ChatTurn(event_id, scope, bench.config, new, texts[0])
+        exchange = Exchange(turn, new, Reply(content=texts[-1]), event_id=event_id)
+        await memory.remember(exchange)
+
+
+def _stats(values: list[float]) -> dict[str, float]:
+    return {"p50_ms": round(percentile(values, 50), 2), "p95_ms": round(percentile(values, 95), 2)}
+
+
+async def _measure(
+    bench: EpisodicBench, index: VectorIndex, questions: Sequence[str], budget: float
+) -> dict[str, Any]:
+    memory = EpisodicMemory(bench.engine, bench.embedders, bench.executor, TIMEOUT, TIMEOUT)
+    scope = Scope(token_id=TOKEN, user=USER, session="ask")
+    recall_ms: list[float] = []
+    embed_ms: list[float] = []
+    search_ms: list[float] = []
+    hits: list[int] = []
+    load = os.getloadavg()[0]
+    deadline = time.monotonic() + budget
+    for n, text in enumerate(questions):
+        if n >= WARMUP and time.monotonic() > deadline:
+            break
+        turn = ChatTurn("q", scope, bench.config, (Message(role="user", content=text),), text)
+        t0 = time.perf_counter()
+        found = await memory.recall(turn)
+        ranked = rank(found.candidates, RankWeights(), time.time())
+        t1 = time.perf_counter()
+        (vector,) = await bench.embedders.embed(bench.spec, [text])
+        t2 = time.perf_counter()
+        await bench.executor.run(
+            lambda: index.hybrid_search(
+                user=USER,
+                query_dense=vector,  # noqa: B023 - awaited before the loop moves on
+                query_text=text,  # noqa: B023
+                where=Where(user=USER, kind=KIND),
+                limit=DEPTH,
+                prefetch_limit=PREFETCH,
+            )
+        )
+        t3 = time.perf_counter()
+        if n < WARMUP:
+            continue
+        recall_ms.append((t1 - t0) * 1000)
+        embed_ms.append((t2 - t1) * 1000)
+        search_ms.append((t3 - t2) * 1000)
+        hits.append(len(ranked))
+    return {
+        "queries": len(recall_ms),
+        "recall": _stats(recall_ms),
+        "embed": _stats(embed_ms),
+        "search": _stats(search_ms),
+        "mean_candidates": round(sum(hits) / max(1, len(hits)), 1),
+        "load_avg_1m": [round(load, 2), round(os.getloadavg()[0], 2)],
+    }
+
+
+async def run(
+    bench: EpisodicBench,
+    conversations: Sequence[Conversation],
+    sizes: Sequence[int],
+    queries: int,
+    budget: float,
+    optimize: bool,
+    seed: int = 7,
+) -> dict[str, Any]:
+    turns = [t for c in conversations for t in c.turns]
+    bases = dict(
+        zip(
+            (_body(t) for t in turns),
+            await bench.caching.embed(bench.spec, [t.text for t in turns]),
+            strict=True,
+        )
+    )
+    filler = EpisodicMemory(
+        bench.engine,
+        JitterEmbedders(bench.client, bench.executor, bases),
+        bench.executor,
+        TIMEOUT,
+        TIMEOUT,
+    )
+    questions = [q.text for c in conversations for q in c.questions]
+    random.Random(seed).shuffle(questions)  # noqa: S311 - a reproducible sample
+    questions = questions[: queries + WARMUP]
+    index = bench.engine.index(TOKEN, bench.spec.model_id, bench.spec.dims)
+    rows: list[dict[str, Any]] = []
+    have = 0
+    for size in sorted(sizes):
+        started = time.perf_counter()
+        await _fill(filler, bench, turns, have, size)
+        fill_s = time.perf_counter() - started
+        count = index.count(Where(user=USER))
+        assert count == size, (count, size)
+        row: dict[str, Any] = {
+            "memories": size,
+            "fill_s": round(fill_s, 1),
+            "fill_per_s": round((size - have) / fill_s),
+        }
+        have = size
+        print(f"speed: {size} memories filled in {fill_s:.1f} s", file=sys.stderr, flush=True)
+        row["as_filled"] = await _measure(bench, index, questions, budget)
+        row["as_filled"]["segments"] = index.stats().segments
+        print(f"speed: {size} as filled {row['as_filled']['recall']}", file=sys.stderr, flush=True)
+        if optimize:
+            started = time.perf_counter()
+            changed = await bench.executor.run(index.optimize)
+            row["optimize_s"] = round(time.perf_counter() - started, 1)
+            row["optimize_changed"] = changed
+            row["optimized"] = await _measure(bench, index, questions, budget)
+            stats = index.stats()
+            row["optimized"]["segments"] = stats.segments
+            row["optimized"]["indexed_vectors"] = stats.indexed_vectors
+            print(
+                f"speed: {size} optimised in {row['optimize_s']} s {row['optimized']['recall']}",
+                file=sys.stderr,
+                flush=True,
+            )
+        rows.append(row)
+    return {
+        "fill": "LoCoMo dev turns, renamed per pass; MiniLM vectors of the base turn, jittered",
+        "rows": rows,
+    }
+
+
+def table(report: dict[str, Any]) -> str:
+    head = (
+        "| memories | shard | recall p50 ms | p95 ms | embed p50 | p95 | search p50 | p95 | "
+        "queries | load 1m |"
+    )
+    lines = [head, "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for row in report["rows"]:
+        states = [("as filled", row["as_filled"])]
+        if "optimized" in row:
+            states.append((f"optimised ({row['optimize_s']:.0f} s)", row["optimized"]))
+        for name, m in states:
+            load = "–".join(f"{x:.1f}" for x in m["load_avg_1m"])
+            lines.append(
+                f"| {row['memories']:,} | {name} | {m['recall']['p50_ms']:.1f} | "
+                f"{m['recall']['p95_ms']:.1f} | {m['embed']['p50_ms']:.1f} | "
+                f"{m['embed']['p95_ms']:.1f} | {m['search']['p50_ms']:.1f} | "
+                f"{m['search']['p95_ms']:.1f} | {m['queries']} | {load} |"
+            )
+    return "\n".join(lines)
