@@ -347,6 +347,7 @@ class FakeUpstream:
 
     def reset(self) -> None:
         self._queue.clear()
+        self.responder = None  # a test's custom responder must not outlive it
         self.memory_responder = extract_user_facts
         self.embedding_status = 200
         self.embedding_error_body = None

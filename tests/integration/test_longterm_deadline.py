@@ -44,6 +44,7 @@ def _start(tmp_path: Path, upstream_url: str, threads: int) -> Running:
         tmp_path / "data",
         upstream_url,
         memory_search_timeout=DEADLINE,
+        episodic_memory=False,  # Mem0's stalls alone: episodic recall embeds the query too
         memory_threads=threads,
     )
 
