@@ -23,13 +23,24 @@ def words(text: str) -> int:
 
 
 def test_an_item_high_in_both_lists_beats_one_first_in_a_single_list() -> None:
-    both = Candidate("episodic", "both", "x", dense_rank=2, sparse_rank=2)
-    dense_only = Candidate("episodic", "dense", "y", dense_rank=1)
-    sparse_only = Candidate("episodic", "sparse", "z", sparse_rank=1)
+    both = Candidate("notes", "both", "x", dense_rank=2, sparse_rank=2)
+    dense_only = Candidate("notes", "dense", "y", dense_rank=1)
+    sparse_only = Candidate("notes", "sparse", "z", sparse_rank=1)
     ranked = rank([dense_only, sparse_only, both], RankWeights(recency=0), NOW)
     assert [s.candidate.id for s in ranked] == ["both", "dense", "sparse"]
     assert ranked[0].fused == 2 / (RRF_K + 2)
     assert [s.rank for s in ranked] == [1, 2, 3]
+
+
+def test_episodic_candidates_lean_on_the_keyword_list_by_default() -> None:
+    dense = Candidate("episodic", "d", "x", dense_rank=1)
+    sparse = Candidate("episodic", "s", "y", sparse_rank=1)
+    fact = Candidate("longterm", "f", "z", dense_rank=1)
+    ranked = rank([dense, sparse, fact], RankWeights(recency=0), NOW)
+    # The keyword hit and the fact tie (ties go by source name); the dense-only hit is last.
+    assert [s.candidate.id for s in ranked] == ["s", "f", "d"]
+    assert ranked[2].fused == 0.5 / (RRF_K + 1)  # episodic dense weighs half
+    assert ranked[1].fused == 1 / (RRF_K + 1)  # a one-list source keeps the global weight
 
 
 def test_weights_tilt_the_fusion() -> None:
