@@ -9,6 +9,7 @@ import pytest
 from tests.fakes.gateway import FakeGateway
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.hybrid_memory_support import Served
+from tests.support.databases import fresh_postgres_url, needs_postgres
 from tests.support.loopback import LoopbackServer
 from tests.support.proxy import Proxy, start_proxy
 
@@ -36,6 +37,21 @@ def proxy(
         yield proxy
     finally:
         server.stop()
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("sqlite"),
+        pytest.param("postgres", marks=[needs_postgres, pytest.mark.postgres]),
+    ]
+)
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh database of each kind: SQLite, and PostgreSQL where one is reachable."""
+    if request.param == "sqlite":
+        yield f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}"
+    else:
+        with fresh_postgres_url() as url:
+            yield url
 
 
 @pytest.fixture

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -19,21 +18,6 @@ from memory_bridge.events.worker import JobWorker, WorkerSettings
 from memory_bridge.sources.base import JobStep, OutcomeUnknown, PermanentFailure
 from memory_bridge.storage.db import Database, create_engine, create_schema, session_factory
 from memory_bridge.storage.tables import jobs
-from tests.support.databases import fresh_postgres_url, needs_postgres
-
-
-@pytest.fixture(
-    params=[
-        pytest.param("sqlite"),
-        pytest.param("postgres", marks=[needs_postgres, pytest.mark.postgres]),
-    ]
-)
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}"
-    else:
-        with fresh_postgres_url() as url:
-            yield url
 
 
 @pytest.fixture

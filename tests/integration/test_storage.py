@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -24,20 +24,6 @@ from memory_bridge.storage.tokens import TokenStore
 from memory_bridge.tenancy.config import validate_config
 from memory_bridge.turn import Scope
 from tests.support.databases import fresh_postgres_url, needs_postgres
-
-
-@pytest.fixture(
-    params=[
-        pytest.param("sqlite"),
-        pytest.param("postgres", marks=[needs_postgres, pytest.mark.postgres]),
-    ]
-)
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}"
-    else:
-        with fresh_postgres_url() as url:
-            yield url
 
 
 @pytest.fixture
