@@ -141,6 +141,7 @@ def serve(
         log_config=None,
         lifespan="on",
         http=head_deadline_protocol(settings.header_read_timeout),
+        timeout_keep_alive=settings.keep_alive_timeout,
         server_header=False,
         date_header=False,
         timeout_graceful_shutdown=int(settings.background_drain_timeout),

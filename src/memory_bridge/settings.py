@@ -88,6 +88,10 @@ class Settings(BaseSettings):
     max_upstream_body_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
     # A request whose head or body takes longer than these is answered 408 and dropped.
     header_read_timeout: float = Field(default=10.0, gt=0)
+    # Idle client connections are kept this long: longer than clients' own pools keep them
+    # (httpx, the openai SDK: 5 s), so the client closes first and never sends a request on a
+    # connection the server is closing.
+    keep_alive_timeout: int = Field(default=30, gt=0)
     body_read_timeout: float = Field(default=30.0, gt=0)
     # Below this rate (bytes/s, after the first second) a body is too slow to keep reading.
     min_body_rate: int = Field(default=1024, ge=0)

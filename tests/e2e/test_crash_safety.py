@@ -58,7 +58,7 @@ from tests.e2e.jobs_support import (
     wait_drained,
 )
 from tests.fakes.gateway import FakeGateway
-from tests.fakes.upstream import DEFAULT_REPLY, FakeUpstream
+from tests.fakes.upstream import DEFAULT_REPLY, FakeUpstream, Scenario
 from tests.integration.hybrid_memory_support import gateway_memory
 from tests.integration.longterm_support import memory_fields
 from tests.support.loopback import LoopbackServer
@@ -80,7 +80,8 @@ EMBEDDING_DELAY = 0.05  # every embeddings call (recall, Mem0's search and its w
 GATEWAY_ADD_DELAY = 0.4
 LEASE_SECONDS = 3
 CLIENT_TIMEOUT = 20.0
-TRIGGERS = ("delay", "mem0", "gateway", "after")
+TRIGGERS = ("delay", "mem0", "gateway", "after", "inflight")
+INFLIGHT_DELAY = 2.0  # the upstream's answer, held while the kill lands (trigger "inflight")
 NOT_STORED = b": memorybridge stored=false"
 CONSUMERS = {"longterm", "gateway"}
 
@@ -236,8 +237,13 @@ def run_trial(h: Harness, trial: int, rng: random.Random) -> str:
         for k in range(TURNS_PER_USER):
             text = f"trial {trial} {user} turn {k} likes {rng.choice(WORDS)}"
             turns.append(Sent(trial, user, text, streamed=rng.random() < 0.5))
-    trigger = rng.choice(TRIGGERS)
+    # The first trial always kills with a reply in flight, so cut turns are seen on any
+    # machine, however fast its turns complete.
+    trigger = "inflight" if trial == 0 else rng.choice(TRIGGERS)
     pause = rng.uniform(0.0, 1.0)
+    seen = len(h.upstream.proxied_requests)
+    if trigger == "inflight":
+        h.upstream.responder = lambda _: Scenario(delay=INFLIGHT_DELAY)
     extractions, adds = h.extractor.calls, len(h.gateway.payloads("add"))
     url = h.server.url
     threads = [
@@ -252,6 +258,9 @@ def run_trial(h: Harness, trial: int, rng: random.Random) -> str:
         elif trigger == "mem0":
             poll(lambda: h.extractor.calls > extractions, "a Mem0 extraction", timeout=20)
             time.sleep(pause * (EXTRACTION_DELAY + 2 * EMBEDDING_DELAY))
+        elif trigger == "inflight":
+            poll(lambda: len(h.upstream.proxied_requests) > seen, "a forwarded chat", timeout=20)
+            time.sleep(pause * INFLIGHT_DELAY / 2)
         elif trigger == "gateway":
             poll(lambda: len(h.gateway.payloads("add")) > adds, "a Gateway add", timeout=20)
             time.sleep(pause * GATEWAY_ADD_DELAY)
@@ -261,6 +270,7 @@ def run_trial(h: Harness, trial: int, rng: random.Random) -> str:
             time.sleep(pause * 0.5)
     finally:
         h.kill()
+        h.upstream.responder = None
         for thread in threads:
             thread.join(CLIENT_TIMEOUT + 5)
     for turns in plan.values():
