@@ -27,6 +27,7 @@ from memory_bridge.http import (
     admin_routes,
     admin_sessions_routes,
     admin_traces_routes,
+    admin_users_routes,
     passthrough_routes,
 )
 from memory_bridge.http.auth import EdgeMiddleware
@@ -157,4 +158,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(admin_memory_routes.router)
     app.include_router(admin_longterm_routes.router)
     app.include_router(admin_sessions_routes.router)
+    app.include_router(admin_users_routes.router)
     return app

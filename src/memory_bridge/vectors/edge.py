@@ -102,6 +102,19 @@ class EdgeEngine:
             shutil.rmtree(home)
             return shards
 
+    def shards(self, token_id: int) -> list[ShardKey]:
+        home = self._root / f"t{token_id}"
+        if not home.is_dir():
+            return []
+        found = []
+        for meta in sorted(home.glob(f"*/{META}")):
+            try:
+                data = json.loads(meta.read_text())
+                found.append(ShardKey(token_id, str(data["model_id"]), int(data["dims"])))
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                raise VectorIndexError(f"vector shard {meta.parent}: unreadable {META}") from exc
+        return found
+
     def close(self) -> None:
         with self._lock:
             self._closed = True
@@ -248,6 +261,43 @@ class EdgeIndex(IndexBase):
                 with self._read_lock:
                     self._swap()
             return True
+
+    def compact(self) -> bool:
+        """Copy the live points (every vector, payload as stored) into a fresh shard and put
+        it live: a deleted point's payload otherwise stays in segment pages and the WAL until
+        the engine happens to vacuum. Writes wait meanwhile; reads go on until the swap."""
+        with self._optimize_lock, self._write_lock:
+            # Reading without the read lock is safe here: only close and the swap replace
+            # the shard, and both need the write lock held here.
+            shard = self._live()
+            target = self._home / edge_optimize.NEXT
+            shutil.rmtree(target, ignore_errors=True)
+            try:
+                fresh = qe.EdgeShard.create(str(target), _edge_config(self._key.dims))
+                try:
+                    offset: str | None = None
+                    while True:
+                        request = qe.ScrollRequest(
+                            offset=offset, limit=1000, with_payload=True, with_vector=True
+                        )
+                        records, next_id = shard.scroll(request)
+                        if records:
+                            points = [qe.Point(r.id, r.vector or {}, r.payload) for r in records]
+                            fresh.update(qe.UpdateOperation.upsert_points(points))
+                        if next_id is None:
+                            break
+                        offset = str(next_id)
+                    fresh.flush()
+                finally:
+                    fresh.close()
+            except Exception as exc:
+                shutil.rmtree(target, ignore_errors=True)
+                if isinstance(exc, VectorIndexError):
+                    raise
+                raise VectorIndexError(f"compacting vector shard {self._home}: {exc}") from exc
+            with self._read_lock:
+                self._swap()
+        return True
 
     def close(self) -> None:
         with self._write_lock, self._read_lock:

@@ -220,6 +220,10 @@ class VectorIndex(Protocol):
 
     def count(self, where: Where | None = None) -> int: ...
 
+    def retrieve(self, ids: Sequence[str]) -> dict[str, PointPayload]:
+        """The payloads of those of these points that exist, by canonical id."""
+        ...
+
     def scroll(
         self, where: Where | None = None, *, batch: int = 256, with_dense: bool = False
     ) -> Iterator[StoredPoint]:
@@ -251,6 +255,11 @@ class VectorIndex(Protocol):
         """Build indexes and merge segments. Slow: never call it on a request's path."""
         ...
 
+    def compact(self) -> bool:
+        """Rewrite the stored data without what was deleted (erasure: deleted payloads must
+        not stay on disk). Blocks writes for as long as it runs; False if nothing to do."""
+        ...
+
     def stats(self) -> IndexStats: ...
 
     def close(self) -> None: ...
@@ -265,6 +274,10 @@ class VectorEngine(Protocol):
 
     def drop_token(self, token_id: int) -> int:
         """Delete every shard of a token (erasure); returns how many there were."""
+        ...
+
+    def shards(self, token_id: int) -> list[ShardKey]:
+        """Every shard the token has (every model it ever used), without creating any."""
         ...
 
     def close(self) -> None: ...

@@ -124,6 +124,17 @@ class ServerEngine:
                 self._call(partial(self._client.delete_collection, name))
             return len(dropped)
 
+    def shards(self, token_id: int) -> list[ShardKey]:
+        start = f"{self._prefix}_t{token_id}_"
+        names = self._call(lambda: [c.name for c in self._client.get_collections().collections])
+        found = []
+        for name in sorted(n for n in names if n.startswith(start)):
+            info = self._call(partial(self._client.get_collection, name))
+            meta = (info.config.metadata or {}).get(META_KEY)
+            if isinstance(meta, dict):
+                found.append(ShardKey(token_id, str(meta.get("model_id")), int(meta["dims"])))
+        return found
+
     def close(self) -> None:
         with self._lock:
             if self._closed:
@@ -283,6 +294,12 @@ class ServerIndex(IndexBase):
 
     def optimize(self) -> bool:
         """Nothing to do: a Qdrant server builds its indexes in the background by itself."""
+        self._check_open()
+        return False
+
+    def compact(self) -> bool:
+        """Nothing to do here: a Qdrant server's vacuum optimizer rewrites segments whose
+        deleted share passes its `deleted_threshold` (docs/operations.md)."""
         self._check_open()
         return False
 
