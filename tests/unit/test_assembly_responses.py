@@ -114,3 +114,26 @@ def test_one_rule_for_both_formats() -> None:
     assert chat[0]["content"] == responses["instructions"]
     as_chat = [{"role": i["role"], "content": i["content"]} for i in responses["input"]]
     assert json.dumps(chat[1:]) == json.dumps(as_chat)
+
+
+def test_reference_first_puts_the_dynamic_block_before_the_history_in_both_formats() -> None:
+    recalls = [CURATED, memories("likes tea"), HISTORY]
+    raw: list[dict[str, Any]] = [
+        {"role": "system", "content": "S"},
+        {"role": "user", "content": "earlier"},
+        {"role": "assistant", "content": "reply"},
+        {"role": "user", "content": "now"},
+    ]
+    dynamic = {"role": "user", "content": "Known:\n- likes tea"}
+    history = [{"role": "user", "content": "before"}, {"role": "assistant", "content": "ok"}]
+    chat = assemble(raw, parse_messages(raw), recalls, TEMPLATE, "reference_first")
+    assert chat == [{"role": "system", "content": "S\n\nCURATED"}, dynamic, *history, *raw[1:]]
+    stable = assemble(raw, parse_messages(raw), recalls, TEMPLATE, "stable")
+    assert stable == [chat[0], *history, *raw[1:3], dynamic, raw[3]]
+
+    body = assemble_responses({"input": "now"}, recalls, TEMPLATE, "reference_first")
+    assert body is not None and body["instructions"] == "CURATED"
+    roles_texts = [(i["role"], json.dumps(i["content"])) for i in body["input"]]
+    assert [r for r, _ in roles_texts] == ["user", "user", "assistant", "user"]
+    assert "likes tea" in roles_texts[0][1] and "before" in roles_texts[1][1]
+    assert "now" in roles_texts[3][1]

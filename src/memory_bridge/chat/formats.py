@@ -21,6 +21,7 @@ from memory_bridge.context.template import MemoryTemplate
 from memory_bridge.errors import invalid_request
 from memory_bridge.messages import Message, MessageError, parse_messages
 from memory_bridge.sources.base import Recall
+from memory_bridge.tenancy.forge_config import Placement
 from memory_bridge.turn import Reply
 
 Body = dict[str, Any]
@@ -31,7 +32,8 @@ class WireFormat:
     """path: the upstream path under `/v1`. parse_body: the strict JSON parse (`request_body`).
     messages: the body's conversation as messages (a 422 `ProxyError` when unreadable).
     upstream_holds_history: does the upstream already hold this conversation (then no session
-    history is injected). forward: the body with memory placed, or None to forward it as is.
+    history is injected). forward: the body with memory placed (in the token's layout), or None
+    to forward it as is.
     reply_from_json: the reply in a whole (non-streaming) answer. stream: its event streams."""
 
     name: str
@@ -39,7 +41,9 @@ class WireFormat:
     parse_body: Callable[[bytes], Body]
     messages: Callable[[Body], tuple[Message, ...]]
     upstream_holds_history: Callable[[Body], bool]
-    forward: Callable[[Body, tuple[Message, ...], list[Recall], MemoryTemplate], Body | None]
+    forward: Callable[
+        [Body, tuple[Message, ...], list[Recall], MemoryTemplate, Placement], Body | None
+    ]
     reply_from_json: Callable[[bytes], Reply | None]
     stream: StreamFormat
 
@@ -52,9 +56,13 @@ def _chat_messages(body: Body) -> tuple[Message, ...]:
 
 
 def _chat_forward(
-    body: Body, messages: tuple[Message, ...], recalls: list[Recall], template: MemoryTemplate
+    body: Body,
+    messages: tuple[Message, ...],
+    recalls: list[Recall],
+    template: MemoryTemplate,
+    layout: Placement,
 ) -> Body | None:
-    forwarded = assemble(body["messages"], messages, recalls, template)
+    forwarded = assemble(body["messages"], messages, recalls, template, layout)
     return None if forwarded is None else {**body, "messages": forwarded}
 
 
@@ -87,9 +95,13 @@ def _responses_hold_history(body: Body) -> bool:
 
 
 def _responses_forward(
-    body: Body, _messages: tuple[Message, ...], recalls: list[Recall], template: MemoryTemplate
+    body: Body,
+    _messages: tuple[Message, ...],
+    recalls: list[Recall],
+    template: MemoryTemplate,
+    layout: Placement,
 ) -> Body | None:
-    return assemble_responses(body, recalls, template)
+    return assemble_responses(body, recalls, template, layout)
 
 
 RESPONSES = WireFormat(

@@ -31,6 +31,7 @@ from memory_bridge.storage.events import EventLog
 from memory_bridge.storage.health import StorageHealth
 from memory_bridge.storage.traces import TraceStore
 from memory_bridge.tenancy.config import TokenConfig
+from memory_bridge.tenancy.forge_config import ForgeConfig
 from memory_bridge.token_count import count_tokens
 from memory_bridge.turn import DEFAULT_SESSION, TOKEN_WIDE_USER, Reply, Scope, Turn
 
@@ -38,6 +39,7 @@ log = logging.getLogger(__name__)
 _MAX_ID = 200
 # On a response whose turn the database refused (a stream says so in-band: relay.NOT_STORED).
 NOT_STORED_HEADER = (b"x-memorybridge-stored", b"false")
+_RULES_MEMO = 1024  # distinct `memory.forge` configs whose rules are kept built
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +92,7 @@ class ChatHandler:
         self._max_body = max_upstream_body
         self._inline: set[asyncio.Task[object]] = set()
         self._forge_rules = forge_rules or ForgeRules()
+        self._token_rules: dict[ForgeConfig, ForgeRules] = {}
         self._traces = traces
 
     async def handle(self, req: ChatRequest) -> Outgoing:
@@ -122,14 +125,17 @@ class ChatHandler:
         if wire.upstream_holds_history(body):
             # Still recalled: the history source also tells what of the request is stored.
             recalls = [replace(r, history=()) if r.history else r for r in recalls]
-        forged = forge(recalls, messages, self._forge_rules, count_tokens, time.time())
+        memory = config.memory_config
+        rules = self._rules_for(memory.forge)
+        forged = forge(recalls, messages, rules, count_tokens, time.time())
         recalls = forged.recalls
         limit = self._recorder.max_message_bytes
         cut = sum(1 for m in conversation(messages) if bounded(m, limit) is not m)
         if cut:  # these will be stored shortened (MAX_STORED_MESSAGE_BYTES, placeholders)
             forged.trace["stored_shortened"] = cut
         self._keep_trace(turn, forged.trace)
-        forwarded = wire.forward(body, messages, recalls, self._templates[config.template])
+        template = self._templates[config.template]
+        forwarded = wire.forward(body, messages, recalls, template, memory.placement)
         payload = req.body
         if forwarded is not None:
             payload = json.dumps(forwarded, ensure_ascii=False).encode()
@@ -191,6 +197,18 @@ class ChatHandler:
             return False
         self._health.write_succeeded()
         return True
+
+    def _rules_for(self, overrides: ForgeConfig | None) -> ForgeRules:
+        """The forge rules of a token: the server's, with its `memory.forge` overrides applied
+        once per distinct config (a token's config is parsed once, when it is loaded)."""
+        if overrides is None:
+            return self._forge_rules
+        rules = self._token_rules.get(overrides)
+        if rules is None:
+            if len(self._token_rules) >= _RULES_MEMO:
+                self._token_rules.clear()
+            rules = self._token_rules[overrides] = self._forge_rules.for_token(overrides)
+        return rules
 
     def _keep_trace(self, turn: Turn, trace: dict[str, Any]) -> None:
         """Queued, written in a batch off the response's path: a trace never delays or fails

@@ -16,6 +16,12 @@ hitting on everything before the one block that changes every turn:
      latest user message (so recalled text never enters a system prompt; see `splice` for a
      request without one).
 
+A token may choose the hybrid design's layout instead (`memory.placement: "reference_first"`):
+the same dynamic block placed right after the system messages, BEFORE the session history
+(the Gateway reference "before persisted session history/current user input"). Every turn's
+prompt then changes from that block on, so the history is never part of a cached prefix;
+it is kept for deployments built around that order (docs/configuration.md).
+
 `assemble` renders the rule for chat completions, `assemble_responses` for the Responses API;
 both return None when nothing is injected (the client's bytes are forwarded as they are).
 """
@@ -30,6 +36,7 @@ from memory_bridge.context.responses_items import MESSAGE, history_items, user_i
 from memory_bridge.context.template import MemoryTemplate
 from memory_bridge.messages import SYSTEM_ROLES, Message
 from memory_bridge.sources.base import Recall
+from memory_bridge.tenancy.forge_config import Placement as Layout
 
 Item = TypeVar("Item")
 _JOIN = "\n\n"
@@ -62,9 +69,10 @@ def splice(
     latest_user: int | None,
     history: list[Item],
     dynamic: Item | None,
+    layout: Layout = "stable",
 ) -> list[Item]:
     """`items` with `history` after its first `head` (system) items and `dynamic` right before
-    the latest user item.
+    the latest user item (`reference_first`: right before the history).
 
     Without a user item (a request that only answers a tool call), `dynamic` goes before the
     history instead: anywhere later it could split a tool call from its output, which
@@ -72,7 +80,7 @@ def splice(
     latest user text, so this is a guard.)
     """
     out = list(items[:head])
-    if latest_user is None or latest_user < head:
+    if layout == "reference_first" or latest_user is None or latest_user < head:
         if dynamic is not None:
             out.append(dynamic)
         out.extend(history)
@@ -101,6 +109,7 @@ def assemble(
     messages: tuple[Message, ...],
     recalls: list[Recall],
     template: MemoryTemplate,
+    layout: Layout = "stable",
 ) -> list[dict[str, Any]] | None:
     """The messages to forward, or None when nothing is injected (forward the body as is)."""
     placement = Placement.of(recalls, template)
@@ -112,7 +121,7 @@ def assemble(
     latest = _latest(messages, lambda m: m.role == "user")
     history = [_history_dict(m) for m in placement.history]
     dynamic = {"role": "user", "content": placement.dynamic} if placement.dynamic else None
-    out = splice(raw_messages, head, latest, history, dynamic)
+    out = splice(raw_messages, head, latest, history, dynamic, layout)
     if placement.stable:
         if head:
             out[0] = _append_text(out[0], placement.stable)
@@ -140,7 +149,10 @@ def _history_dict(message: Message) -> dict[str, Any]:
 
 
 def assemble_responses(
-    body: dict[str, Any], recalls: list[Recall], template: MemoryTemplate
+    body: dict[str, Any],
+    recalls: list[Recall],
+    template: MemoryTemplate,
+    layout: Layout = "stable",
 ) -> dict[str, Any] | None:
     """The body to forward, or None when nothing is injected (forward the body as is).
 
@@ -163,7 +175,8 @@ def assemble_responses(
             head += 1
         latest = _latest(items, lambda item: _role(item) == "user")
         dynamic = user_item(placement.dynamic) if placement.dynamic else None
-        out["input"] = splice(items, head, latest, history_items(placement.history), dynamic)
+        history = history_items(placement.history)
+        out["input"] = splice(items, head, latest, history, dynamic, layout)
     return out
 
 

@@ -9,6 +9,10 @@ credentials are complete, otherwise the token runs degraded on curated memory al
 `"mode": "hybrid"` makes the credentials required. `"curated"` ignores any gateway block.
 `"off"` makes the token a plain passthrough: no layer recalls or stores anything.
 
+`placement` ("stable", the default, or "reference_first") and `forge` (the Context Forge's
+budget and weights, `tenancy.forge_config`) are read in every mode; parsed once per loaded
+config, they cost a request nothing.
+
 The Gateway `userKey` is held as a `SecretStr` and left out of `repr`, and no error message
 ever quotes a submitted value, so the key cannot leak through a log line or a 422 body.
 """
@@ -34,15 +38,18 @@ from pydantic import (
 )
 
 from memory_bridge.tenancy.errors import TokenConfigError
+from memory_bridge.tenancy.forge_config import ForgeConfig, Placement, parse_forge, parse_placement
 
 __all__ = [
     "DEFAULT_SCOPE",
     "PASSTHROUGH_STATUS",
     "DegradedWarning",
+    "ForgeConfig",
     "GatewayConfig",
     "GatewayScope",
     "MemoryConfig",
     "MemoryMode",
+    "Placement",
     "gateway_status",
     "parse_memory_config",
 ]
@@ -71,7 +78,7 @@ _GATEWAY_KEYS = {
     "top_k": "topK",
     "timeout_seconds": "timeoutSeconds",
 }
-_MEMORY_KEYS = {"mode": "mode", "gateway": "gateway"}
+_MEMORY_KEYS = {"mode": "mode", "gateway": "gateway", "placement": "placement", "forge": "forge"}
 _CREDENTIALS = ("base_url", "user_id", "user_key")
 
 
@@ -150,6 +157,8 @@ class MemoryConfig(BaseModel):
     mode: MemoryMode = "hybrid"
     explicit: bool = False  # False: no `mode` was given, hybrid is implied
     gateway: GatewayConfig | None = None
+    placement: Placement = "stable"
+    forge: ForgeConfig | None = None  # None: the server's defaults
 
     @model_validator(mode="after")
     def _curated_has_no_gateway(self) -> MemoryConfig:
@@ -205,8 +214,12 @@ def parse_memory_config(raw: object) -> MemoryConfig:
     mode = values.get("mode")
     if mode is not None and mode not in ("curated", "hybrid", "off"):
         raise TokenConfigError("memory.mode", "must be 'curated', 'hybrid' or 'off'")
+    placement = parse_placement(
+        values.get("placement"), f"memory.{spelled.get('placement', 'placement')}"
+    )
+    forge = parse_forge(values.get("forge"), f"memory.{spelled.get('forge', 'forge')}", _normalize)
     if mode in ("curated", "off"):
-        return MemoryConfig(mode=mode, explicit=True)
+        return MemoryConfig(mode=mode, explicit=True, placement=placement, forge=forge)
     explicit = mode == "hybrid"
 
     block = values.get("gateway")
@@ -214,7 +227,7 @@ def parse_memory_config(raw: object) -> MemoryConfig:
     if block is None:
         if explicit:
             raise TokenConfigError(prefix, "required when mode is 'hybrid'")
-        return MemoryConfig()
+        return MemoryConfig(placement=placement, forge=forge)
     if not isinstance(block, dict):
         raise TokenConfigError(prefix, "must be a JSON object")
     gw, gw_spelled = _normalize(block, _GATEWAY_KEYS, prefix)
@@ -234,8 +247,10 @@ def parse_memory_config(raw: object) -> MemoryConfig:
         # Validate what was given; stand-ins fill the missing credentials and are discarded.
         stand_ins = {"base_url": "http://unset", "user_id": "unset", "user_key": "unset"}
         _validate_gateway({**stand_ins, **gw}, field)
-        return MemoryConfig(explicit=False)
-    return MemoryConfig(explicit=explicit, gateway=_validate_gateway(gw, field))
+        return MemoryConfig(explicit=False, placement=placement, forge=forge)
+    return MemoryConfig(
+        explicit=explicit, gateway=_validate_gateway(gw, field), placement=placement, forge=forge
+    )
 
 
 def _normalize(

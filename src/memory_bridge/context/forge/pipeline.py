@@ -21,12 +21,35 @@ from memory_bridge.context.forge.select import SelectRules, select
 from memory_bridge.context.forge.trace import build
 from memory_bridge.messages import Message
 from memory_bridge.sources.base import Recall
+from memory_bridge.tenancy.forge_config import ForgeConfig
 
 
 @dataclass(frozen=True, slots=True)
 class ForgeRules:
     weights: RankWeights = field(default_factory=RankWeights)
     rules: SelectRules = field(default_factory=SelectRules)
+
+    def for_token(self, overrides: ForgeConfig | None) -> ForgeRules:
+        """These rules with a token's `memory.forge` overrides (the same object without)."""
+        if overrides is None:
+            return self
+        o, w, r = overrides, self.weights, self.rules
+        weights = RankWeights(
+            dense=w.dense if o.dense_weight is None else o.dense_weight,
+            sparse=w.sparse if o.sparse_weight is None else o.sparse_weight,
+            recency=w.recency if o.recency_weight is None else o.recency_weight,
+            half_life_days=w.half_life_days if o.half_life_days is None else o.half_life_days,
+            importance=w.importance if o.importance_weight is None else o.importance_weight,
+            per_source={**w.per_source, **o.per_source},
+        )
+        rules = SelectRules(
+            budget_tokens=(
+                r.budget_tokens if o.memory_token_budget is None else o.memory_token_budget
+            ),
+            min_score=r.min_score if o.min_score is None else o.min_score,
+            near_duplicate=r.near_duplicate if o.near_duplicate is None else o.near_duplicate,
+        )
+        return ForgeRules(weights, rules)
 
 
 @dataclass(frozen=True, slots=True)
