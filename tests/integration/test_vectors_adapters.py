@@ -268,6 +268,18 @@ def test_delete_by_id(engine: VectorEngine) -> None:
     assert [p.id for p in index.scroll()] == [keep.id]
 
 
+def test_retrieve_by_id_returns_the_payloads_that_exist(engine: VectorEngine) -> None:
+    index = engine.index(1, MODEL, DIMS)
+    kept = point("kept", unit(0), user="u2", event_id="e1")
+    index.upsert([kept])
+    missing = str(uuid.uuid4())
+    found = index.retrieve([kept.id.upper(), missing])
+    assert list(found) == [kept.id] and found[kept.id] == kept.payload
+    assert index.retrieve([]) == {}
+    with pytest.raises(VectorIndexError):
+        index.retrieve(["not-a-uuid"])
+
+
 def test_count_and_scroll_with_filters(engine: VectorEngine) -> None:
     index = engine.index(1, MODEL, DIMS)
     points = [

@@ -29,6 +29,7 @@ from memory_bridge.vectors.index import (
     StoredPoint,
     VectorIndexError,
     Where,
+    canonical_id,
     check_dense,
 )
 
@@ -247,6 +248,10 @@ class IndexBase(ABC):
     def count(self, where: Where | None = None) -> int:
         where = where or Where()
         return 0 if where.matches_nothing() else self._count(where)
+
+    def retrieve(self, ids: Sequence[str]) -> dict[str, PointPayload]:
+        wanted = [canonical_id(i) for i in ids]
+        return self._payloads(wanted) if wanted else {}
 
     def delete_where(self, where: Where) -> None:
         if where.is_empty():
