@@ -13,11 +13,12 @@ import logging
 from typing import Any
 
 from memory_bridge.errors import ProxyError, invalid_request
-from memory_bridge.events import log as event_log
+from memory_bridge.lifecycle.purge import purge_token
 from memory_bridge.runtime import Runtime
 from memory_bridge.sources.base import MemorySource
 from memory_bridge.sources.longterm_check import changes_longterm, check_longterm
 from memory_bridge.storage.tokens import TokenRecord
+from memory_bridge.storage.traces import TraceStore
 from memory_bridge.tenancy.config import TokenConfig, TokenConfigError, merge_patch, validate_config
 from memory_bridge.tenancy.memory_config import PASSTHROUGH_STATUS
 from memory_bridge.tenancy.secrets import mask_secrets
@@ -101,14 +102,16 @@ async def update_token(
     return updated
 
 
-async def delete_token(runtime: Runtime, token_id: int, *, purge: bool) -> None:
-    if not await runtime.tokens.delete(token_id):
-        raise not_found(token_id)
+async def delete_token(
+    runtime: Runtime, token_id: int, *, purge: bool, traces: TraceStore | None = None
+) -> None:
+    """Delete a token; with `purge`, every memory layer goes first and the row last, so a
+    purge that fails midway can be retried (`lifecycle.purge`)."""
     if purge:
-        for source in runtime.sources:
-            await source.purge(token_id)
-        await runtime.audit.purge(token_id)
-        await runtime.db.write(lambda conn: event_log.purge(conn, token_id))
+        if not await purge_token(runtime, token_id, traces):
+            raise not_found(token_id)
+    elif not await runtime.tokens.delete(token_id):
+        raise not_found(token_id)
     log.info("token %d deleted%s", token_id, " and purged" if purge else "")
 
 

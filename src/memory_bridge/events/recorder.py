@@ -3,6 +3,11 @@ history, and enqueues the after-turn jobs of every consumer that wants the turn.
 
 This is the commit point of a turn (the failure policy): when the transaction fails, nothing
 of the turn is stored and nothing will be done for it, and the caller says so to the client.
+
+A turn of a token deleted while it was being answered is not stored: the transaction reads
+the token's row (FOR SHARE on PostgreSQL, so a purge's delete of the row waits for it or it
+for the purge) and writes nothing when the row is gone. A turn that committed first is
+removed by the purge's last step, which runs after the row is deleted (`lifecycle.purge`).
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, bindparam, select
 
 from memory_bridge.events import log, queue
 from memory_bridge.events.model import EventType, NewEvent, StoredEvent, session_aggregate
@@ -18,9 +23,13 @@ from memory_bridge.message_bounds import bounded, truncate
 from memory_bridge.messages import Message
 from memory_bridge.storage.db import Database
 from memory_bridge.storage.sessions import stored_form
+from memory_bridge.storage.tables import tokens
 from memory_bridge.turn import Reply, Scope
 
 _VERSION_MEMO = 10_000
+_TOKEN_ROW = (
+    select(tokens.c.id).where(tokens.c.id == bindparam("token_id")).with_for_update(read=True)
+)
 
 
 def turn_payload(
@@ -63,7 +72,8 @@ class TurnRecorder:
         reply: Reply,
         consumers: Sequence[str],
         meta: dict[str, Any],
-    ) -> StoredEvent:
+    ) -> StoredEvent | None:
+        """The turn's `session.appended` event as stored; None when its token is gone."""
         payload = turn_payload(scope, messages, query, reply, self._max_bytes)
         aggregate = session_aggregate(scope.token_id, scope.user, scope.session)
         appended = NewEvent(EventType.SESSION_APPENDED, aggregate, payload, meta)
@@ -71,9 +81,11 @@ class TurnRecorder:
 
         attempts = 0
 
-        def work(conn: Connection) -> StoredEvent:
+        def work(conn: Connection) -> StoredEvent | None:
             nonlocal attempts
             attempts += 1
+            if conn.execute(_TOKEN_ROW, {"token_id": scope.token_id}).first() is None:
+                return None
             version = self._versions.get(aggregate) if attempts == 1 else None
             if version is None:
                 version = log.current_version(conn, aggregate)
@@ -90,6 +102,9 @@ class TurnRecorder:
         except BaseException:
             self._versions.pop(aggregate, None)
             raise
+        if event is None:
+            self._versions.pop(aggregate, None)
+            return None
         if len(self._versions) >= _VERSION_MEMO:
             self._versions.clear()
         self._versions[aggregate] = event.version

@@ -134,7 +134,8 @@ async def delete_token(
         default=False, description="Also delete its history, documents, memories and events."
     ),
 ) -> Response:
-    await token_admin.delete_token(_runtime(request), token_id, purge=purge)
+    traces = getattr(request.app.state, "traces", None)
+    await token_admin.delete_token(_runtime(request), token_id, purge=purge, traces=traces)
     return Response(status_code=204)
 
 

@@ -30,7 +30,6 @@ from memory_bridge.vectors.index import ShardKey, Where
 
 log = logging.getLogger(__name__)
 
-AUDIT_TYPE = "user_erased"
 _POLL = 0.2
 
 
@@ -73,7 +72,10 @@ async def erase_user(
     counts = {**erase_rows.counts_of(found), "episodic": episodic}
     erasure = Erasure(counts=counts, longterm=longterm)
     await runtime.audit.record(
-        Scope(token_id=token_id, user=user, session=""), AUDIT_TYPE, request_id, erasure.as_json()
+        Scope(token_id=token_id, user=user, session=""),
+        erase_rows.AUDIT_TYPE,
+        request_id,
+        erasure.as_json(),
     )
     log.info(
         "token %d: an end user erased (%d events, %d vectors)", token_id, found.events, episodic

@@ -37,6 +37,7 @@ from memory_bridge.storage.tables import messages as message_rows
 
 log = logging.getLogger(__name__)
 
+AUDIT_TYPE = "user_erased"
 _CHUNK = 500  # ids per IN (...): far below SQLite's and PostgreSQL's parameter limits
 _TRACE_PAGE = 200
 # The log's events that belong to one end user (the tombstones stay: they are the record).
@@ -135,7 +136,11 @@ def _erase(conn: Connection, token_id: int, user: str) -> RowsErased:
         conn.execute(delete(memory_events).where(memory_events.c.id.in_(chunk)))
     out.traces = _erase_traces(conn, token_id, request_ids, set(event_ids))
     out.audit = conn.execute(
-        delete(events).where(events.c.token_id == token_id, events.c.user_id == user)
+        delete(events).where(
+            events.c.token_id == token_id,
+            events.c.user_id == user,
+            events.c.type != AUDIT_TYPE,  # the record of earlier erasures stays
+        )
     ).rowcount
     return out
 

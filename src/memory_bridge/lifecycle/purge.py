@@ -1,0 +1,64 @@
+"""Purging a token: every memory layer first, the token's row last, then one sweep for work
+that was in flight.
+
+1. Every source purges its layer (curated, history, long-term, the episodic shards), then the
+   audit log, the traces, and the event log with its jobs. Each step deletes by token id, so a
+   purge that fails midway leaves the token in place and a retry does all of it again.
+2. The token's row is deleted: from then on its turns are refused by the recorder (which reads
+   the row in the transaction that would store them) and its jobs find no token.
+3. The last sweep: a turn that committed between step 1 and step 2 (a stream still being
+   answered) left rows; they are deleted now, in one transaction, and the vector layers are
+   purged once more for a job of it that may have run meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from sqlalchemy import Connection, delete
+
+from memory_bridge.events import log as event_log
+from memory_bridge.runtime import Runtime
+from memory_bridge.storage.tables import context_traces, curated, events, messages
+from memory_bridge.storage.traces import TraceStore
+
+log = logging.getLogger(__name__)
+
+
+async def purge_token(runtime: Runtime, token_id: int, traces: TraceStore | None) -> bool:
+    """Purge then delete the token; False (nothing done) when there is no such token."""
+    if await runtime.tokens.get(token_id) is None:
+        return False
+    await _purge_layers(runtime, token_id, traces)
+    if not await runtime.tokens.delete(token_id):
+        return False  # deleted meanwhile by another call, which did or does the same
+    await runtime.db.write(lambda conn: _late_rows(conn, token_id))
+    if traces is not None:
+        await traces.purge(token_id)  # a trace still queued in this process
+    runtime.curated.forget(token_id)
+    try:
+        for source in runtime.sources:
+            await source.purge(token_id)
+    except Exception as exc:
+        # The row is gone and the rows above are; a job of a turn that raced the purge may
+        # have left vectors: say so, the data stays unreachable (ids are never reused).
+        log.warning(
+            "token %d: last sweep of its memory layers failed: %s", token_id, type(exc).__name__
+        )
+    return True
+
+
+async def _purge_layers(runtime: Runtime, token_id: int, traces: TraceStore | None) -> None:
+    for source in runtime.sources:
+        await source.purge(token_id)
+    await runtime.audit.purge(token_id)
+    if traces is not None:
+        await traces.purge(token_id)
+    await runtime.db.write(lambda conn: event_log.purge(conn, token_id))
+
+
+def _late_rows(conn: Connection, token_id: int) -> None:
+    """Everything a turn (or its audit events and trace) committed for the token meanwhile."""
+    event_log.purge(conn, token_id)
+    for table in (messages, curated, events, context_traces):
+        conn.execute(delete(table).where(table.c.token_id == token_id))
