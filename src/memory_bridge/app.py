@@ -24,6 +24,7 @@ from memory_bridge.http import (
     admin_jobs_routes,
     admin_longterm_routes,
     admin_memory_routes,
+    admin_rebuild_routes,
     admin_routes,
     admin_sessions_routes,
     admin_traces_routes,
@@ -153,6 +154,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app.include_router(passthrough_routes.router)
     app.include_router(admin_jobs_routes.router)
+    app.include_router(admin_rebuild_routes.router)
     app.include_router(admin_traces_routes.router)
     app.include_router(admin_routes.router)
     app.include_router(admin_memory_routes.router)

@@ -11,17 +11,18 @@ import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from memory_bridge.events.consumers import SourceConsumer
-from memory_bridge.events.worker import JobWorker, WorkerSettings
+from memory_bridge.events.worker import Consumer, JobWorker, WorkerSettings
 from memory_bridge.settings import Settings
 from memory_bridge.sources.base import MemorySource
 from memory_bridge.sources.blocking import BlockingExecutor
 from memory_bridge.sources.curated import CuratedMemory
-from memory_bridge.sources.embedder import Embedders
+from memory_bridge.sources.embedder import Embedders, default_spec
 from memory_bridge.sources.episodic import EpisodicMemory
 from memory_bridge.sources.gateway import MemoryGateway
 from memory_bridge.sources.history import SessionHistory
 from memory_bridge.sources.longterm import LongTermMemory
 from memory_bridge.sources.mem0_pool import Mem0Pool, PoolPaths
+from memory_bridge.sources.vector_generations import Generations
 from memory_bridge.storage.curated import CuratedRepository
 from memory_bridge.storage.db import Database, create_engine, create_schema, session_factory
 from memory_bridge.storage.events import EventLog
@@ -99,16 +100,22 @@ class Runtime:
     vectors: VectorEngine
     vector_threads: BlockingExecutor
     sources: tuple[MemorySource, ...]
+    episodic: EpisodicMemory | None = None
+    generations: Generations | None = None
 
     def create_worker(self) -> JobWorker:
         settings = self.settings
-        consumers = {
+        consumers: dict[str, Consumer] = {
             # The Gateway's calls are async HTTP, ended by a cancel; Mem0 and the vector
             # engine run in threads that a cancel does not stop.
             s.name: SourceConsumer(s, self.tokens, cancel_safe=s.name == MemoryGateway.name)
             for s in self.sources
             if s.name in (MemoryGateway.name, LongTermMemory.name, EpisodicMemory.name)
         }
+        if self.episodic is not None:
+            from memory_bridge.lifecycle.rebuild import REBUILD, Rebuilder
+
+            consumers[REBUILD] = Rebuilder(self)
         worker_settings = WorkerSettings(
             concurrency=settings.job_concurrency,
             lease=settings.job_lease_seconds,
@@ -153,6 +160,8 @@ async def open_runtime(settings: Settings) -> Runtime:
     longterm = create_long_term_memory(settings)
     vectors = open_vector_engine(settings)
     vector_threads = BlockingExecutor(settings.memory_threads, "vectors")
+    cipher = load_cipher(settings)
+    generations = Generations(db, cipher, settings.token_cache_ttl)
     episodic = EpisodicMemory(
         vectors,
         Embedders(client, vector_threads),
@@ -160,6 +169,8 @@ async def open_runtime(settings: Settings) -> Runtime:
         settings.memory_search_timeout,
         settings.memory_store_timeout,
         enabled=settings.episodic_memory,
+        default_embedder=default_spec(settings.episodic_default_embedder),
+        generations=generations,
     )
     # Order matters only for the system prompt: curated blocks come before the rule.
     sources: tuple[MemorySource, ...] = (
@@ -171,7 +182,7 @@ async def open_runtime(settings: Settings) -> Runtime:
         longterm,
         episodic,
     )
-    tokens = await TokenStore.open(db, settings.token_cache_ttl, load_cipher(settings))
+    tokens = await TokenStore.open(db, settings.token_cache_ttl, cipher)
     tokens.on_change(longterm.pool.invalidate)
     tokens.on_change(curated.forget)
     return Runtime(
@@ -187,4 +198,6 @@ async def open_runtime(settings: Settings) -> Runtime:
         vectors=vectors,
         vector_threads=vector_threads,
         sources=sources,
+        episodic=episodic,
+        generations=generations,
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -66,9 +67,12 @@ class Settings(BaseSettings):
     # Context traces (what each chat request was given, and why), kept per token.
     trace_retention_count: int = Field(default=1000, gt=0)
     trace_retention_seconds: float = Field(default=7 * 86400.0, gt=0)
-    # Episodic memory (the raw conversation indexed for hybrid recall) for tokens with an
-    # embedder; off: long-term recall is Mem0's facts alone.
+    # Episodic memory (the raw conversation indexed for hybrid recall) for every token;
+    # off: long-term recall is Mem0's facts alone.
     episodic_memory: bool = True
+    # The episodic embedder of a token without one: `local` (the packaged MiniLM where the
+    # `local` extra is installed, else BM25 alone) or `none` (BM25 alone).
+    episodic_default_embedder: Literal["local", "none"] = "local"
     # Recalled memory placed in a prompt is fitted to this many tokens (the Context Forge).
     memory_token_budget: int = Field(default=1500, gt=0)
 

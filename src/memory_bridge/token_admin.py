@@ -14,6 +14,7 @@ from typing import Any
 
 from memory_bridge.errors import ProxyError, invalid_request
 from memory_bridge.lifecycle.purge import purge_token
+from memory_bridge.lifecycle.reembed import reembed_if_changed
 from memory_bridge.runtime import Runtime
 from memory_bridge.sources.base import MemorySource
 from memory_bridge.sources.longterm_check import changes_longterm, check_longterm
@@ -95,6 +96,9 @@ async def update_token(
     except TokenConfigError as exc:
         raise invalid_request(str(exc)) from None
     await _checked(runtime, record.config, config, validate)
+    # Before the update: recall must never see the new embedder without the re-embed's
+    # generation (which keeps it on the old vectors until they are re-made).
+    await reembed_if_changed(runtime, token_id, record.config, config)
     updated = await store.update(token_id, config)
     if updated is None:
         raise not_found(token_id)

@@ -317,6 +317,7 @@ class FakeUpstream:
         self.embedding_error_body: Any = None
         self.embedding_delay = 0.0
         self._embeddings_held = threading.Event()
+        self._hold_when: Callable[[Any], bool] | None = None
         self._queue: deque[Scenario] = deque()
         self._cancel_cond = threading.Condition()
         self._ids = 0
@@ -353,6 +354,7 @@ class FakeUpstream:
         self.embedding_error_body = None
         self.embedding_delay = 0.0
         self._embeddings_held.clear()
+        self._hold_when = None
         self.requests.clear()
         self.sent_bytes.clear()
         self.stored_responses.clear()
@@ -387,8 +389,10 @@ class FakeUpstream:
     def embedding_requests(self) -> list[Recorded]:
         return [r for r in self.requests if r.path == "/v1/embeddings"]
 
-    def hold_embeddings(self) -> None:
-        """Embeddings requests wait (unanswered) until ``release_embeddings()``."""
+    def hold_embeddings(self, when: Callable[[Any], bool] | None = None) -> None:
+        """Embeddings requests (those whose JSON body `when` accepts, if given) wait
+        (unanswered) until ``release_embeddings()``."""
+        self._hold_when = when
         self._embeddings_held.set()
 
     def release_embeddings(self) -> None:
@@ -461,7 +465,8 @@ class FakeUpstream:
         recorded = await self._record(request)
         if self.embedding_delay and not await self._wait(request, self.embedding_delay):
             return Response(status_code=499)
-        while self._embeddings_held.is_set():
+        hold_when = self._hold_when
+        while self._embeddings_held.is_set() and (hold_when is None or hold_when(recorded.json)):
             if not await self._wait(request, 0.01):
                 return Response(status_code=499)
         if self.embedding_status != 200:

@@ -26,6 +26,9 @@ def make_settings(data_dir: Path, **overrides: Any) -> Settings:
         "memory_template_zh_path": REPO / "templates" / "memory_template_zh.md",
         "log_level": "DEBUG",
         "forward_headers": "",
+        # BM25-only episodic memory for tokens without an embedder: loading the local model
+        # takes seconds of CPU; the tests that want it ask for "local".
+        "episodic_default_embedder": "none",
     }
     values.update(overrides)
     return Settings(_env_file=None, **values)  # type: ignore[call-arg]

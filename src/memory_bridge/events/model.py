@@ -26,6 +26,9 @@ class EventType(StrEnum):
     LONGTERM_UPDATED = "longterm.updated"
     LONGTERM_DELETED = "longterm.deleted"
     USER_ERASED = "user.erased"
+    # An operator's (or an embedder change's) request to rebuild a layer's vectors from the
+    # log; its job is the rebuild (lifecycle.rebuild). Payload: layer, reason, model id.
+    INDEX_REBUILD_REQUESTED = "index.rebuild_requested"
 
 
 def _key(*parts: object) -> str:
@@ -48,6 +51,10 @@ def longterm_aggregate(token_id: int, user: str, memory_id: str) -> str:
 
 def user_aggregate(token_id: int, user: str) -> str:
     return _key(token_id, "user", user)
+
+
+def index_aggregate(token_id: int, layer: str) -> str:
+    return _key(token_id, "index", layer)
 
 
 @dataclass(frozen=True, slots=True)

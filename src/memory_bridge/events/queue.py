@@ -163,9 +163,14 @@ def retry_later(conn: Connection, job: Job, delay: float, error: str) -> bool:
     return bool(result.rowcount)
 
 
-def set_step(conn: Connection, job: Job, step: str) -> bool:
-    """Record a consumer's progress inside a job (committed before the step's side effect)."""
-    result = conn.execute(update(jobs).where(_mine(job)).values(step=step, updated_at=time.time()))
+def set_step(conn: Connection, job: Job, step: str, lease: float | None = None) -> bool:
+    """Record a consumer's progress inside a job (committed before the step's side effect);
+    with `lease`, the job stays leased for that long from now (a long job's heartbeat)."""
+    now = time.time()
+    values: dict[str, Any] = {"step": step, "updated_at": now}
+    if lease is not None:
+        values["lease_expires_at"] = now + lease
+    result = conn.execute(update(jobs).where(_mine(job)).values(values))
     return bool(result.rowcount)
 
 

@@ -38,6 +38,8 @@ class Consumer(Protocol):
     # lease of such a job is then left to expire rather than released, so no other worker
     # repeats the job beside the write still under way.
     cancel_safe: bool
+    # A consumer may set `job_timeout` (seconds, or None: no limit) to replace the worker's;
+    # one that runs longer than the lease must call `progress.step` regularly (it renews it).
 
     async def run(self, job: Job, event: StoredEvent, progress: JobStep) -> None: ...
 
@@ -126,8 +128,9 @@ class JobWorker:
                 return
             # The job's log lines carry the request id of the turn it works for.
             request_id_var.set(str(event.meta.get("request_id") or "-"))
-            async with asyncio.timeout(self._settings.job_timeout):
-                await consumer.run(job, event, _JobProgress(self._db, job))
+            timeout = getattr(consumer, "job_timeout", self._settings.job_timeout)
+            async with asyncio.timeout(timeout):
+                await consumer.run(job, event, _JobProgress(self._db, job, self._settings.lease))
         except OutcomeUnknown as exc:
             await self._end(job, queue.UNKNOWN, await self._describe(exc, job))
         except PermanentFailure as exc:
@@ -201,13 +204,14 @@ class JobWorker:
 
 
 class _JobProgress:
-    def __init__(self, db: Database, job: Job) -> None:
+    def __init__(self, db: Database, job: Job, lease: float) -> None:
         self._db = db
         self._job = job
+        self._lease = lease
 
     async def step(self, name: str) -> None:
-        job = self._job
-        if not await self._db.write(lambda conn: queue.set_step(conn, job, name)):
+        job, lease = self._job, self._lease
+        if not await self._db.write(lambda conn: queue.set_step(conn, job, name, lease)):
             raise asyncio.CancelledError  # our lease is gone: another worker owns the job now
 
 

@@ -21,6 +21,7 @@ from memory_bridge.http.admin_schemas import (
     parse_json_body,
 )
 from memory_bridge.http.auth import require_admin
+from memory_bridge.lifecycle.rebuild import reindex_state
 from memory_bridge.runtime import Runtime
 
 # The edge already refused anything but the admin token; `require_admin` is the second lock.
@@ -100,7 +101,7 @@ async def get_token(request: Request, token_id: TokenId) -> dict[str, Any]:
     record = await state.tokens.get(token_id)
     if record is None:
         raise token_admin.not_found(token_id)
-    return token_admin.detail(record, state.sources)
+    return await _with_reindex(request, token_admin.detail(record, state.sources))
 
 
 @router.patch(
@@ -121,7 +122,17 @@ async def update_token(
     runtime = _runtime(request)
     patch = await _json_body(request)
     updated = await token_admin.update_token(runtime, token_id, patch, validate=validate)
-    return token_admin.detail(updated, runtime.sources)
+    return await _with_reindex(request, token_admin.detail(updated, runtime.sources))
+
+
+async def _with_reindex(request: Request, detail: dict[str, Any]) -> dict[str, Any]:
+    """A token's rebuild or re-embed state, when it has one (`GET .../rebuild` in full)."""
+    runtime = getattr(request.app.state, "runtime", None)
+    if runtime is not None and detail.get("usable"):
+        state = await reindex_state(runtime, detail["id"])
+        if state is not None:
+            detail["reindex"] = state
+    return detail
 
 
 @router.delete(

@@ -102,6 +102,11 @@ class TokenDetail(BaseModel):
     memory_layers: dict[str, str] | None = Field(
         default=None, description="Present when `usable` is true: each memory layer's state."
     )
+    reindex: dict[str, dict[str, Any]] | None = Field(
+        default=None,
+        description="Present once a layer was rebuilt or re-embedded: its state, done/total, "
+        "the active shard and the one being filled (GET .../rebuild).",
+    )
 
 
 class CreatedToken(TokenDetail):

@@ -2,8 +2,9 @@
 
 The same embedder the token gives Mem0 (`embed_*` fields): an OpenAI-compatible embeddings
 endpoint called over the shared HTTP client, or the packaged local model run in the bounded
-thread pool. Other providers have no episodic index (documented): the index would need a second
-client library per provider for little gain.
+thread pool. A token without one of these (no `embed_*` at all, or a provider we do not call
+here) gets the install's default (`EPISODIC_DEFAULT_EMBEDDER`): the packaged local MiniLM where
+the `local` extra is installed, else none — a sparse-only (BM25) index, `dims` 0.
 """
 
 from __future__ import annotations
@@ -15,11 +16,18 @@ from typing import Any
 import httpx
 
 from memory_bridge.sources.blocking import BlockingExecutor
-from memory_bridge.sources.mem0_config import OPENAI_STYLE, LocalModel
+from memory_bridge.sources.local_embedder import (
+    DEFAULT_DIMS,
+    DEFAULT_MODEL,
+    LocalModel,
+    local_extra_installed,
+)
 from memory_bridge.tenancy.config import TokenConfig
 
 DEFAULT_OPENAI_MODEL = "text-embedding-3-small"
 MAX_BATCH = 64
+# Providers that speak the OpenAI embeddings API.
+OPENAI_STYLE = frozenset({"openai", "openai_structured", "vllm", "lmstudio", "huggingface"})
 
 
 class EmbedderError(Exception):
@@ -38,6 +46,57 @@ class EmbedderSpec:
     @property
     def model_id(self) -> str:
         return f"{self.provider}:{self.model}"
+
+    @property
+    def sparse_only(self) -> bool:
+        return self.dims == 0
+
+    def to_json(self) -> dict[str, Any]:
+        """Everything needed to embed with it again (`api_key` is a secret: seal it)."""
+        out: dict[str, Any] = {
+            "provider": self.provider,
+            "model": self.model,
+            "dims": self.dims,
+            "base_url": self.base_url,
+            "api_key": self.api_key,
+        }
+        if self.local is not None:
+            out["local"] = {"path": self.local.path, "kwargs_json": self.local.kwargs_json}
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> EmbedderSpec:
+        local = data.get("local")
+        return cls(
+            provider=str(data["provider"]),
+            model=str(data["model"]),
+            dims=int(data["dims"]),
+            base_url=str(data.get("base_url") or ""),
+            api_key=str(data.get("api_key") or ""),
+            local=LocalModel(str(local["path"]), str(local["kwargs_json"]))
+            if isinstance(local, dict)
+            else None,
+        )
+
+
+# No embedder at all: BM25 alone, in a sparse-only shard.
+SPARSE_ONLY = EmbedderSpec("none", "bm25", 0)
+DEFAULT_EMBEDDERS = ("local", "none")
+
+
+def default_spec(choice: str) -> EmbedderSpec:
+    """The embedder of a token that has none: the packaged MiniLM (`local`, where the extra
+    is installed), else BM25 alone."""
+    if choice == "local" and local_extra_installed():
+        return EmbedderSpec(
+            "local", DEFAULT_MODEL, DEFAULT_DIMS, local=LocalModel(path="", kwargs_json="{}")
+        )
+    return SPARSE_ONLY
+
+
+def episodic_spec(config: TokenConfig, default: EmbedderSpec) -> EmbedderSpec:
+    """The embedder the token's episodic index uses: its own, else the install's default."""
+    return embedder_spec(config) or default
 
 
 def embedder_spec(config: TokenConfig) -> EmbedderSpec | None:
@@ -66,6 +125,9 @@ class Embedders:
         self._executor = executor
 
     async def embed(self, spec: EmbedderSpec, texts: list[str]) -> list[list[float]]:
+        """One vector per text; empty ones for a sparse-only spec (nothing to call)."""
+        if spec.sparse_only:
+            return [[] for _ in texts]
         out: list[list[float]] = []
         for start in range(0, len(texts), MAX_BATCH):
             batch = texts[start : start + MAX_BATCH]

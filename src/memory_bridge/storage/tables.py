@@ -134,3 +134,28 @@ context_traces = Table(
     Index("ix_context_traces_request", "token_id", "request_id"),
     Index("ix_context_traces_age", "token_id", "created_at"),
 )
+
+# Which vector shard each token's layer recalls from (its generation), and the rebuild or
+# re-embed filling the next one (lifecycle.generations). No row: generation 0 of the token's
+# current embedder. `embedder` is the sealed spec of the active shard's embedder while it
+# differs from the token's config (a re-embed under way), so queries still match its vectors.
+vector_generations = Table(
+    "vector_generations",
+    metadata,
+    Column("token_id", Integer, primary_key=True),
+    Column("layer", String(20), primary_key=True),
+    Column("active_model", String(300), nullable=False),
+    Column("active_dims", Integer, nullable=False),
+    Column("embedder", Text, nullable=True),
+    Column("generation", Integer, nullable=False),
+    Column("state", String(12), nullable=False),
+    Column("target_model", String(300), nullable=True),
+    Column("target_dims", Integer, nullable=True),
+    Column("reason", String(20), nullable=True),
+    Column("event_id", String(36), nullable=True),
+    Column("checkpoint", BigId, nullable=False, server_default="0"),
+    Column("done", Integer, nullable=False, server_default="0"),
+    Column("total", Integer, nullable=False, server_default="0"),
+    Column("error", String(300), nullable=True),
+    Column("updated_at", Float, nullable=False),
+)

@@ -102,6 +102,18 @@ class EdgeEngine:
             shutil.rmtree(home)
             return shards
 
+    def drop_shard(self, token_id: int, model_id: str, dims: int) -> bool:
+        key = ShardKey(token_id, model_id, dims)
+        with self._lock:
+            found = self._open.pop(key, None)
+            if found is not None:
+                found.close()
+            home = self._root / f"t{token_id}" / shard_name(key)
+            if not home.exists():
+                return False
+            shutil.rmtree(home)
+            return True
+
     def shards(self, token_id: int) -> list[ShardKey]:
         home = self._root / f"t{token_id}"
         if not home.is_dir():

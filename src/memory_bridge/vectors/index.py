@@ -276,6 +276,10 @@ class VectorEngine(Protocol):
         """Delete every shard of a token (erasure); returns how many there were."""
         ...
 
+    def drop_shard(self, token_id: int, model_id: str, dims: int) -> bool:
+        """Delete one shard (the old one after a rebuild switched); False if it was absent."""
+        ...
+
     def shards(self, token_id: int) -> list[ShardKey]:
         """Every shard the token has (every model it ever used), without creating any."""
         ...

@@ -124,6 +124,15 @@ class ServerEngine:
                 self._call(partial(self._client.delete_collection, name))
             return len(dropped)
 
+    def drop_shard(self, token_id: int, model_id: str, dims: int) -> bool:
+        key = ShardKey(token_id, model_id, dims)
+        name = self.collection_name(key)
+        with self._lock:
+            found = self._open.pop(key, None)
+            if found is not None:
+                found.close()
+            return bool(self._call(partial(self._client.delete_collection, name)))
+
     def shards(self, token_id: int) -> list[ShardKey]:
         start = f"{self._prefix}_t{token_id}_"
         names = self._call(lambda: [c.name for c in self._client.get_collections().collections])

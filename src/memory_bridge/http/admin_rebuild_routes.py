@@ -1,0 +1,82 @@
+"""Admin API to rebuild a token's vectors from the event log (docs/admin-api.md).
+
+`POST` starts the rebuild as a job of the durable queue and answers at once (202); `GET`
+reports it: state, done/total turns replayed, the active shard and the one being filled.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Query, Request
+from pydantic import BaseModel, Field
+
+from memory_bridge.http.admin_schemas import ADMIN_BEARER, TokenId, error_responses
+from memory_bridge.http.auth import require_admin
+from memory_bridge.lifecycle.rebuild import reindex_state, start_rebuild
+from memory_bridge.runtime import Runtime
+from memory_bridge.token_admin import not_found
+
+router = APIRouter(
+    prefix="/v1/admin/tokens/{token_id}/rebuild",
+    tags=["rebuild"],
+    dependencies=[Depends(require_admin), ADMIN_BEARER],
+    responses=error_responses(),
+)
+Layer = Literal["episodic", "longterm"]
+
+
+class Shard(BaseModel):
+    model: str
+    dims: int
+
+
+class LayerRebuild(BaseModel):
+    state: Literal["idle", "running", "failed"] = Field(
+        description="running: a rebuild fills `target` while recall reads `active`."
+    )
+    reason: str | None = Field(description="rebuild (asked for) or reembed (embedder changed).")
+    done: int = Field(description="Turns replayed into the target so far.")
+    total: int = Field(description="Turns in the log when the rebuild (re)started.")
+    active: Shard
+    target: Shard | None
+    error: str | None
+
+
+class RebuildState(BaseModel):
+    layers: dict[str, LayerRebuild] = Field(
+        description="Per layer; absent: never rebuilt (generation 0 of its embedder)."
+    )
+
+
+async def _state(runtime: Runtime, token_id: int) -> dict[str, Any]:
+    return {"layers": await reindex_state(runtime, token_id) or {}}
+
+
+@router.post(
+    "",
+    status_code=202,
+    response_model=RebuildState,
+    responses=error_responses(404, 409),
+)
+async def start(
+    request: Request,
+    token_id: TokenId,
+    layer: Annotated[Layer, Query(description="The layer to rebuild.")] = "episodic",
+) -> dict[str, Any]:
+    """Rebuild the layer's vectors from the event log into a new shard, then switch to it
+    (recall reads the old shard until then; the old one is dropped after). 409 while one
+    runs, or for the long-term layer (not available yet)."""
+    runtime: Runtime = request.app.state.runtime
+    worker = request.app.state.worker
+    await start_rebuild(runtime, token_id, layer, wake=worker.wake if worker else None)
+    return await _state(runtime, token_id)
+
+
+@router.get("", response_model=RebuildState, responses=error_responses(404))
+async def state(request: Request, token_id: TokenId) -> dict[str, Any]:
+    """The layers' rebuild state: poll it for done/total."""
+    runtime: Runtime = request.app.state.runtime
+    if await runtime.tokens.get(token_id) is None:
+        raise not_found(token_id)
+    return await _state(runtime, token_id)

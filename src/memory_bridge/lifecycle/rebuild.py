@@ -1,0 +1,279 @@
+"""Rebuild and re-embed a token's episodic vectors from the event log, into a new shard.
+
+`start_rebuild` records the request as an event (`index.rebuild_requested`) with one job of
+the durable queue, and the target generation (`sources.vector_generations`) in the same
+transaction. The job (`Rebuilder`, consumer `rebuild`) replays the token's `session.*` and
+`user.erased` events in log order into the target shard — the same point ids and texts the
+after-turn jobs wrote — checkpointing its place after every page, so a worker that dies or a
+job that times out resumes where it stopped. Meanwhile recall reads the active shard and new
+turns are written to both. When the log is exhausted one row update switches the shards; a
+last pass takes the turns recorded since; the old shard is dropped after a grace period (the
+other processes' cache of the active shard expires first).
+
+A re-embed is the same rebuild into a shard of the token's NEW embedder, started when a PATCH
+changes it (`lifecycle.reembed`); until the switch, queries use the old embedder's sealed spec.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection, func, select
+
+from memory_bridge.errors import ProxyError
+from memory_bridge.events import log as event_log
+from memory_bridge.events import queue
+from memory_bridge.events.consumers import rebuild_exchange
+from memory_bridge.events.model import EventType, NewEvent, StoredEvent, index_aggregate
+from memory_bridge.events.queue import Job
+from memory_bridge.sources.base import JobStep, PermanentFailure
+from memory_bridge.sources.embedder import EmbedderSpec
+from memory_bridge.sources.vector_generations import (
+    EPISODIC,
+    LONGTERM,
+    RUNNING,
+    Generation,
+    ShardTarget,
+    base_model,
+    record_progress,
+)
+from memory_bridge.sources.vector_generations import fail as fail_row
+from memory_bridge.sources.vector_generations import read as read_row
+from memory_bridge.sources.vector_generations import start as start_row
+from memory_bridge.sources.vector_generations import switch as switch_rows
+from memory_bridge.storage.tables import memory_events
+from memory_bridge.tenancy.config import TokenConfig
+from memory_bridge.vectors.index import Where
+
+if TYPE_CHECKING:
+    from memory_bridge.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+REBUILD = "rebuild"  # the job queue's consumer name
+LAYERS = (EPISODIC, LONGTERM)
+PAGE = 200  # events per checkpoint
+_REPLAYED = (
+    EventType.SESSION_APPENDED.value,
+    EventType.SESSION_DELETED.value,
+    EventType.USER_ERASED.value,
+)
+
+
+def _episodic_parts(runtime: Runtime) -> tuple[Any, Any]:
+    episodic, generations = runtime.episodic, runtime.generations
+    if episodic is None or generations is None or not runtime.settings.episodic_memory:
+        raise ProxyError(409, "conflict_error", "Episodic memory is off on this install.")
+    return episodic, generations
+
+
+async def start_rebuild(
+    runtime: Runtime,
+    token_id: int,
+    layer: str,
+    *,
+    reason: str = "rebuild",
+    old_spec: EmbedderSpec | None = None,
+    new_config: TokenConfig | None = None,
+    wake: Callable[[], None] | None = None,
+) -> Generation:
+    """Record a rebuild of the token's `layer` as a job; 409 if one is already running
+    (a re-embed replaces a running one: the embedder changed again). A re-embed is started
+    before the new config (`new_config`) is stored, so recall never sees the new embedder
+    without the generation that keeps it on the old shard."""
+    if layer == LONGTERM:
+        raise ProxyError(
+            409,
+            "conflict_error",
+            "Rebuilding the long-term layer is not available yet (its facts are not in the "
+            "vector engine's generations); rebuild the episodic layer.",
+        )
+    if layer != EPISODIC:
+        raise ProxyError(400, "invalid_request_error", f"Unknown layer {layer!r}.")
+    episodic, generations = _episodic_parts(runtime)
+    record = await runtime.tokens.get(token_id)
+    if record is None:
+        raise ProxyError(404, "not_found_error", f"No token with id {token_id}.")
+    config = new_config or record.config
+    if config is None:
+        raise ProxyError(409, "conflict_error", "The token's stored config is unusable.")
+    current: EmbedderSpec = episodic.embedder(config)
+    aggregate = index_aggregate(token_id, layer)
+
+    def work(conn: Connection) -> Generation:
+        row = read_row(conn, token_id, layer)
+        if row is not None and row.state == RUNNING and reason == "rebuild":
+            raise ProxyError(409, "conflict_error", "A rebuild of this layer is already running.")
+        active: ShardTarget = generations.plan_of(row, old_spec or current).read
+        sealed = None if active.spec == current else generations.seal(active.spec)
+        payload = {"layer": layer, "reason": reason, "model": current.model_id}
+        event = NewEvent(EventType.INDEX_REBUILD_REQUESTED, aggregate, payload)
+        event_log.append(conn, token_id, [event])
+        queue.enqueue(conn, event.event_id, token_id, aggregate, [REBUILD])
+        return start_row(
+            conn,
+            token_id,
+            layer,
+            active=active,
+            sealed_embedder=sealed,
+            target_model_id=current.model_id,
+            target_dims=current.dims,
+            reason=reason,
+            event_id=event.event_id,
+        )
+
+    started = await event_log.write_appending(runtime.db, work)
+    generations.invalidate(token_id)
+    log.info("token %d: %s of the %s layer started", token_id, reason, layer)
+    if wake is not None:
+        wake()
+    return started
+
+
+async def reindex_state(runtime: Runtime, token_id: int) -> dict[str, Any] | None:
+    """The token's rebuild state per layer, for its admin detail (None: never rebuilt)."""
+    if runtime.generations is None:
+        return None
+    row = await runtime.generations.get(token_id, EPISODIC, fresh=True)
+    return None if row is None else {EPISODIC: row.reindex()}
+
+
+class Rebuilder:
+    """The `rebuild` consumer of the job queue."""
+
+    name = REBUILD
+    cancel_safe = True  # every step is idempotent and checkpointed
+    # A rebuild runs as long as the log is long; its lease is renewed at every checkpoint.
+    job_timeout: float | None = None
+
+    def __init__(self, runtime: Runtime, *, grace: float | None = None) -> None:
+        self._runtime = runtime
+        self._grace = runtime.settings.token_cache_ttl + 1.0 if grace is None else grace
+
+    async def run(self, job: Job, event: StoredEvent, progress: JobStep) -> None:
+        if event.payload.get("layer") != EPISODIC:
+            raise PermanentFailure("only the episodic layer can be rebuilt")
+        runtime = self._runtime
+        episodic, generations = _episodic_parts(runtime)
+        token_id = event.token_id
+        row = await generations.get(token_id, EPISODIC, fresh=True)
+        if row is None or row.event_id != event.event_id or row.state != RUNNING:
+            return  # superseded by a later request, or already switched
+        record = await runtime.tokens.get(token_id)
+        if record is None or record.config is None:
+            return
+        current: EmbedderSpec = episodic.embedder(record.config)
+        assert row.target_model is not None and row.target_dims is not None
+        if base_model(row.target_model) != current.model_id or row.target_dims != current.dims:
+            # The new config may not be stored yet (a re-embed starts just before): retried.
+            if job.attempts < runtime.settings.job_max_attempts:
+                raise RuntimeError("the token's embedder is not the rebuild's target (yet)")
+            await runtime.db.write(
+                lambda c: fail_row(c, token_id, EPISODIC, event.event_id, "embedder changed")
+            )
+            raise PermanentFailure("the token's embedder is not the rebuild's target")
+        target = ShardTarget(current, row.target_model, row.target_dims)
+        total = await runtime.db.run(lambda c: _count(c, token_id))
+        checkpoint, done = row.checkpoint, row.done
+        while True:
+            page = await runtime.db.run(partial(_page, token_id=token_id, after=checkpoint))
+            if not page:
+                break
+            for stored in page:
+                done += await self._replay(episodic, job, progress, stored, target, record.config)
+            checkpoint = page[-1].id
+            await progress.step("rebuild")  # renews the lease; raises when it is lost
+            ok = await runtime.db.write(
+                partial(
+                    record_progress,
+                    token_id=token_id,
+                    layer=EPISODIC,
+                    event_id=event.event_id,
+                    checkpoint=checkpoint,
+                    done=done,
+                    total=max(total, done),
+                )
+            )
+            if not ok:
+                return  # superseded: the newer request's job takes over
+        before = await runtime.db.write(
+            lambda c: switch_rows(c, token_id, EPISODIC, event.event_id)
+        )
+        generations.invalidate(token_id)
+        if before is None:
+            return
+        # Turns recorded between the last page and the switch went to both shards, unless their
+        # job had not run yet: one more pass over what came after the checkpoint.
+        rest = partial(_page, token_id=token_id, after=checkpoint, limit=None)
+        for stored in await runtime.db.run(rest):
+            await self._replay(episodic, job, progress, stored, target, record.config)
+        log.info(
+            "token %d: episodic vectors rebuilt into %s (%d turns)", token_id, target.model_id, done
+        )
+        if (before.active_model, before.active_dims) != (target.model_id, target.dims):
+            await asyncio.sleep(self._grace)
+            await self._drop(token_id, before.active_model, before.active_dims)
+
+    async def _replay(
+        self,
+        episodic: Any,
+        job: Job,
+        progress: JobStep,
+        stored: StoredEvent,
+        target: ShardTarget,
+        config: Any,
+    ) -> int:
+        data = stored.payload
+        try:
+            if stored.type == EventType.SESSION_APPENDED:
+                exchange = rebuild_exchange(stored, config, job, progress)
+                created = stored.created_at.timestamp()
+                await episodic.index_exchange(exchange, (target,), created)
+                return 1
+            where = Where(user=str(data["user"]), kind="episodic")
+            if stored.type == EventType.SESSION_DELETED:
+                where = Where(user=str(data["user"]), session=str(data["session"]), kind="episodic")
+        except (KeyError, TypeError, ValueError):
+            return 0  # an event whose content was erased: nothing to index
+        index = await self._open(stored.token_id, target)
+        await self._runtime.vector_threads.run(lambda: index.delete_where(where))
+        return 0
+
+    async def _open(self, token_id: int, target: ShardTarget) -> Any:
+        vectors = self._runtime.vectors
+        return await self._runtime.vector_threads.run(
+            lambda: vectors.index(token_id, target.model_id, target.dims)
+        )
+
+    async def _drop(self, token_id: int, model_id: str, dims: int) -> None:
+        vectors = self._runtime.vectors
+        await self._runtime.vector_threads.run(lambda: vectors.drop_shard(token_id, model_id, dims))
+
+
+def _count(conn: Connection, token_id: int) -> int:
+    query = select(func.count()).where(
+        memory_events.c.token_id == token_id,
+        memory_events.c.type == EventType.SESSION_APPENDED.value,
+    )
+    return int(conn.execute(query).scalar() or 0)
+
+
+def _page(
+    conn: Connection, token_id: int, after: int, limit: int | None = PAGE
+) -> list[StoredEvent]:
+    query = (
+        select(memory_events)
+        .where(
+            memory_events.c.token_id == token_id,
+            memory_events.c.id > after,
+            memory_events.c.type.in_(_REPLAYED),
+        )
+        .order_by(memory_events.c.id)
+    )
+    if limit is not None:
+        query = query.limit(limit)
+    return [event_log.stored_event(row) for row in conn.execute(query)]

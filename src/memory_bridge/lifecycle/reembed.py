@@ -1,0 +1,55 @@
+"""A token's embedder changed (a PATCH of `embed_*`): re-embed its episodic vectors.
+
+The old vectors are not orphaned: a rebuild into a shard of the new embedder starts as a job
+(`lifecycle.rebuild`), and until it switches the token recalls from the old shard, its queries
+embedded with the old embedder (kept sealed with the generation). A change of key alone makes
+the same vectors: nothing to do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from memory_bridge.lifecycle.rebuild import start_rebuild
+from memory_bridge.sources.embedder import EmbedderSpec
+from memory_bridge.sources.vector_generations import EPISODIC, Generation
+from memory_bridge.tenancy.config import TokenConfig
+
+if TYPE_CHECKING:
+    from memory_bridge.runtime import Runtime
+
+
+def same_vectors(old: EmbedderSpec, new: EmbedderSpec) -> bool:
+    """Whether two specs make the same vectors (the key may differ)."""
+    return (old.provider, old.model, old.dims, old.base_url, old.local) == (
+        new.provider,
+        new.model,
+        new.dims,
+        new.base_url,
+        new.local,
+    )
+
+
+async def reembed_if_changed(  # called before the new config is stored
+    runtime: Runtime,
+    token_id: int,
+    old: TokenConfig | None,
+    new: TokenConfig,
+    wake: Callable[[], None] | None = None,
+) -> Generation | None:
+    episodic = runtime.episodic
+    if episodic is None or old is None or not runtime.settings.episodic_memory:
+        return None
+    old_spec, new_spec = episodic.embedder(old), episodic.embedder(new)
+    if same_vectors(old_spec, new_spec):
+        return None
+    return await start_rebuild(
+        runtime,
+        token_id,
+        EPISODIC,
+        reason="reembed",
+        old_spec=old_spec,
+        new_config=new,
+        wake=wake,
+    )
