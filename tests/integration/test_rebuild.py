@@ -174,3 +174,26 @@ def test_changing_the_embedder_re_embeds_while_recall_keeps_working(
     assert "green canoe" in forwarded_recall(upstream)
     # The detail never shows the embedder's key.
     assert "embed-secret" not in proxy.admin("GET", f"/tokens/{token_id}").text
+
+
+def test_the_rebuild_command_follows_a_running_server(
+    fast_proxy: Proxy, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from memory_bridge.cli import cli
+
+    proxy = fast_proxy
+    token_id, token = proxy.create_token()
+    _say(proxy, token, FACTS[0], "monday")
+    wait_until(lambda: _jobs_done(proxy, token_id), what="the episodic jobs")
+    monkeypatch.setenv("MEMORY_BRIDGE_ADMIN_TOKEN", proxy.admin_token)
+
+    result = CliRunner().invoke(cli, ["rebuild", "--token", str(token_id), "--url", proxy.url])
+    assert result.exit_code == 0, result.output
+    assert f"Token {token_id}: 1 turn(s) rebuilt into none:bm25@g1 (0 dims)." in result.output
+    assert "rebuild: idle 1/1" in result.output
+    refused = CliRunner().invoke(
+        cli, ["rebuild", "--token", str(token_id), "--layer", "longterm", "--url", proxy.url]
+    )
+    assert refused.exit_code == 1 and "not available yet" in refused.output
