@@ -91,14 +91,18 @@ def test_only_the_latest_window_is_injected(proxy: Proxy, upstream: FakeUpstream
     _, token = proxy.create_token(session_window_size=4)
     for i in range(1, 4):
         _turn(proxy, upstream, token, [user(f"u{i}")], f"a{i}")
+    # Three turns stored (6 messages) > 4: the window steps on by half, keeping the newest 2,
+    # and then grows again from there (same start: a cacheable prefix) until it is full.
     _turn(proxy, upstream, token, [user("u4")], "a4")
-    assert injected(upstream, [user("u4")]) == [
-        user("u2"),
-        assistant("a2"),
+    assert injected(upstream, [user("u4")]) == [user("u3"), assistant("a3")]
+    _turn(proxy, upstream, token, [user("u5")], "a5")
+    assert injected(upstream, [user("u5")]) == [
         user("u3"),
         assistant("a3"),
+        user("u4"),
+        assistant("a4"),
     ]
-    assert len(stored_rows(proxy)) == 8  # the window limits injection, not storage
+    assert len(stored_rows(proxy)) == 10  # the window limits injection, not storage
 
 
 def test_history_goes_after_the_system_message_which_is_never_stored(
