@@ -34,6 +34,7 @@ from memory_bridge.tenancy.memory_config import DegradedWarning
 from memory_bridge.tenancy.private_files import private_dir
 from memory_bridge.tenancy.secrets import scrub
 from memory_bridge.vectors.index import VectorEngine
+from memory_bridge.vectors.optimizer import ShardOptimizer
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +103,7 @@ class Runtime:
     sources: tuple[MemorySource, ...]
     episodic: EpisodicMemory | None = None
     generations: Generations | None = None
+    optimizer: ShardOptimizer | None = None
 
     def create_worker(self) -> JobWorker:
         settings = self.settings
@@ -124,7 +126,9 @@ class Runtime:
             max_attempts=settings.job_max_attempts,
             backoff=settings.job_backoff_seconds,
         )
-        return JobWorker(self.db, consumers, worker_settings, self._scrubbed)
+        # Shard optimisation is started by the worker, off every request's path.
+        after_job = self.optimizer.poke if self.optimizer is not None else None
+        return JobWorker(self.db, consumers, worker_settings, self._scrubbed, after_job)
 
     async def _scrubbed(self, exc: BaseException, token_id: int) -> str:
         """An error's text fit to store: every secret of the token's config replaced."""
@@ -135,6 +139,8 @@ class Runtime:
     async def close(self) -> None:
         await self.longterm.pool.close_all(self.settings.background_drain_timeout)
         await self.vector_threads.shutdown(self.settings.background_drain_timeout)
+        if self.optimizer is not None:
+            self.optimizer.close()
         self.vectors.close()
         await self.client.aclose()
         await self.db.close()
@@ -158,7 +164,8 @@ async def open_runtime(settings: Settings) -> Runtime:
     degraded = DegradedWarning()
     prepare_mem0_environment(settings)
     longterm = create_long_term_memory(settings)
-    vectors = open_vector_engine(settings)
+    optimizer = ShardOptimizer(settings.vector_optimize_threshold)
+    vectors = optimizer.track(open_vector_engine(settings))
     vector_threads = BlockingExecutor(settings.memory_threads, "vectors")
     cipher = load_cipher(settings)
     generations = Generations(db, cipher, settings.token_cache_ttl)
@@ -198,6 +205,7 @@ async def open_runtime(settings: Settings) -> Runtime:
         vectors=vectors,
         vector_threads=vector_threads,
         sources=sources,
+        optimizer=optimizer,
         episodic=episodic,
         generations=generations,
     )

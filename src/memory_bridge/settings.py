@@ -75,6 +75,9 @@ class Settings(BaseSettings):
     episodic_default_embedder: Literal["local", "none"] = "local"
     # Recalled memory placed in a prompt is fitted to this many tokens (the Context Forge).
     memory_token_budget: int = Field(default=1500, gt=0)
+    # A vector shard is optimised (HNSW build, segment merge; in the background, started by the
+    # job worker, one shard at a time) once it has grown by this many points; 0: never.
+    vector_optimize_threshold: int = Field(default=20_000, ge=0)
 
     # The durable job queue (docs/operations.md). `serve` drains it too unless told not to.
     serve_worker: bool = True

@@ -5,6 +5,10 @@ process, and any number of them share a PostgreSQL queue. A job is leased, never
 its whole run: a worker that dies leaves a lease that expires, and the job is claimed again.
 A failure is retried with exponential backoff up to `max_attempts`, then the job is
 `failed`, with its error (scrubbed of secrets) kept for the admin API.
+
+After each job the worker tells `after_job` (the vector shard optimizer) which token it worked
+for: maintenance that must never run in a request (an HNSW build) is started from here, in the
+background, one at a time (`vectors.optimizer`).
 """
 
 from __future__ import annotations
@@ -66,11 +70,13 @@ class JobWorker:
         consumers: Mapping[str, Consumer],
         settings: WorkerSettings,
         scrub: Callable[[BaseException, int], Awaitable[str]] | None = None,
+        after_job: Callable[[int], None] | None = None,
     ) -> None:
         self._db = db
         self._consumers = dict(consumers)
         self._settings = settings
         self._scrub = scrub
+        self._after_job = after_job
         self.owner = worker_id()
         self._wake = asyncio.Event()
         self._stopping = False
@@ -164,6 +170,11 @@ class JobWorker:
         else:
             await self._end(job, queue.DONE, None)
             self.completed += 1
+        if self._after_job is not None:
+            try:
+                self._after_job(job.token_id)  # only signals: the work runs elsewhere
+            except Exception as exc:
+                log.error("after-job maintenance failed: %s", type(exc).__name__)
 
     async def _describe(self, exc: BaseException, job: Job) -> str:
         if self._scrub is not None:
