@@ -28,6 +28,7 @@ from memory_bridge.http import (
     admin_routes,
     admin_sessions_routes,
     admin_traces_routes,
+    admin_transfer_routes,
     admin_users_routes,
     passthrough_routes,
 )
@@ -161,4 +162,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(admin_longterm_routes.router)
     app.include_router(admin_sessions_routes.router)
     app.include_router(admin_users_routes.router)
+    app.include_router(admin_transfer_routes.router)
     return app

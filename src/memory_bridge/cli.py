@@ -11,12 +11,14 @@ from typing import Annotated
 import typer
 
 from memory_bridge.cli_admin import register
+from memory_bridge.cli_lifecycle import register as register_lifecycle
 from memory_bridge.cli_rebuild import register as register_rebuild
 from memory_bridge.settings import Settings
 from memory_bridge.tenancy.private_files import private_dir
 
 cli = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 register(cli)  # memory-bridge token ..., memory-bridge curated ...
+register_lifecycle(cli)  # memory-bridge export, import
 register_rebuild(cli)  # memory-bridge rebuild
 
 SENTINEL_RUNNING = ".initializing"

@@ -104,6 +104,9 @@ class Settings(BaseSettings):
     min_body_rate: int = Field(default=1024, ge=0)
     # Requests whose body is being read at once; more wait their turn, then get 503.
     max_reading_requests: int = Field(default=256, gt=0)
+    # An import's body (NDJSON, staged on disk as it arrives): its own size and time limits.
+    max_import_bytes: int = Field(default=256 * 1024 * 1024, gt=0)
+    import_read_timeout: float = Field(default=600.0, gt=0)
     # Provider keys in token configs are encrypted with this key (or the key file's).
     memory_bridge_secret_key: str = ""
     memory_bridge_secret_key_file: Path | None = None

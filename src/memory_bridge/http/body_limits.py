@@ -5,12 +5,15 @@ Every body (chat, admin, imports) passes through one `BodyReader`, which wraps t
 limit is refused before it is held whole; a declared `Content-Length` over it is refused before
 a byte is read. A body that trickles in slower than the minimum rate or takes longer than the
 read timeout is refused too, so a slow client cannot keep a slot (and a file descriptor) for
-long. Refusals are `BodyRefused`, a `ProxyError`: FastAPI's handler and the edge both render it.
+long. An import (`POST /v1/admin/tokens/{id}/import`) has its own, larger size and time limits
+(`MAX_IMPORT_BYTES`, `IMPORT_READ_TIMEOUT`): it is staged on disk as it arrives, never held.
+Refusals are `BodyRefused`, a `ProxyError`: FastAPI's handler and the edge both render it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -23,6 +26,7 @@ from memory_bridge.settings import Settings
 _RATE_GRACE = 2.0
 # How long a request waits for a reading slot before it is told to come back later.
 _SLOT_WAIT = 5.0
+IMPORT_PATH = re.compile(r"^/v1/admin/tokens/[^/]+/import$")
 
 
 class BodyRefused(ProxyError):
@@ -35,6 +39,8 @@ class BodyLimits:
     read_timeout: float
     min_rate: int
     max_reading: int
+    import_bytes: int = 0
+    import_timeout: float = 0.0
     reading: asyncio.Semaphore = field(init=False)
 
     def __post_init__(self) -> None:
@@ -47,6 +53,8 @@ class BodyLimits:
             read_timeout=settings.body_read_timeout,
             min_rate=settings.min_body_rate,
             max_reading=settings.max_reading_requests,
+            import_bytes=settings.max_import_bytes,
+            import_timeout=settings.import_read_timeout,
         )
 
 
@@ -59,7 +67,17 @@ def too_large(limit: int) -> BodyRefused:
 class BodyReader:
     """The `receive` of one request, bounded; `release()` when the request is over."""
 
-    __slots__ = ("_done", "_holds_slot", "_limits", "_read", "_receive", "_scope", "_started")
+    __slots__ = (
+        "_done",
+        "_holds_slot",
+        "_limits",
+        "_max",
+        "_read",
+        "_receive",
+        "_scope",
+        "_started",
+        "_timeout",
+    )
 
     def __init__(self, limits: BodyLimits, scope: Scope, receive: Receive) -> None:
         self._limits = limits
@@ -69,6 +87,10 @@ class BodyReader:
         self._holds_slot = False
         self._read = 0
         self._started = 0.0
+        self._max, self._timeout = limits.max_bytes, limits.read_timeout
+        if limits.import_bytes and IMPORT_PATH.match(scope.get("path", "")):
+            self._max = max(self._max, limits.import_bytes)
+            self._timeout = max(self._timeout, limits.import_timeout)
 
     async def receive(self) -> Message:
         if self._done:
@@ -79,8 +101,8 @@ class BodyReader:
         if message["type"] != "http.request":
             return message
         self._read += len(message.get("body", b""))
-        if self._read > self._limits.max_bytes:
-            raise too_large(self._limits.max_bytes)
+        if self._read > self._max:
+            raise too_large(self._max)
         if not message.get("more_body", False):
             self._done = True
             self.release()
@@ -94,10 +116,10 @@ class BodyReader:
     async def _begin(self) -> None:
         self._started = time.monotonic()
         declared = _content_length(self._scope)
-        if declared is not None and declared > self._limits.max_bytes:
-            raise too_large(self._limits.max_bytes)
+        if declared is not None and declared > self._max:
+            raise too_large(self._max)
         try:
-            async with asyncio.timeout(min(self._limits.read_timeout, _SLOT_WAIT)):
+            async with asyncio.timeout(min(self._timeout, _SLOT_WAIT)):
                 await self._limits.reading.acquire()
         except TimeoutError:
             raise BodyRefused(
@@ -108,7 +130,7 @@ class BodyReader:
     async def _next(self) -> Message:
         limits = self._limits
         elapsed = time.monotonic() - self._started
-        wait = limits.read_timeout - elapsed
+        wait = self._timeout - elapsed
         if limits.min_rate:
             # By when the next chunk must have come for the body to keep the minimum rate.
             wait = min(wait, _RATE_GRACE + self._read / limits.min_rate - elapsed)

@@ -1,0 +1,344 @@
+"""Reading an import: NDJSON lines validated one by one and staged in a private file.
+
+Nothing of an import reaches the database before every line of it is read and found valid: a
+bad line refuses the whole import (422 naming the line) and the staged file is deleted. The
+body is split into lines as it arrives, each line bounded (`MAX_LINE_BYTES`), and parsed and
+written off the event loop a batch at a time, so neither the body nor a line is ever held
+whole beyond its bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from memory_bridge.errors import ProxyError
+from memory_bridge.events.model import EventType
+from memory_bridge.lifecycle.transfer import CLASS_OF, FORMAT, VERSION
+from memory_bridge.messages import Message
+from memory_bridge.tenancy.private_files import private_dir
+
+MAX_LINE_BYTES = 16 * 1024 * 1024
+MAX_LABEL = 200  # an end user or session id, as on the chat path
+MAX_ID = 64
+_BATCH_BYTES = 1024 * 1024
+_KINDS = ("memory", "user")
+
+
+class ImportRefused(ProxyError):
+    def __init__(self, line: int, reason: str) -> None:
+        super().__init__(422, "invalid_request_error", f"Line {line}: {reason}")
+        self.line = line
+
+
+@dataclass(frozen=True, slots=True)
+class ImportEvent:
+    """One valid event line, normalised. `origin` is the event's identity across installs:
+    the id it was first appended with (an event imported before keeps its origin)."""
+
+    origin: str
+    type: str
+    payload: dict[str, Any]
+    meta: dict[str, Any]
+    embed_model: str | None
+    created_at: datetime
+
+    def dump(self) -> str:
+        return json.dumps(
+            {
+                "origin": self.origin,
+                "type": self.type,
+                "payload": self.payload,
+                "meta": self.meta,
+                "embed_model": self.embed_model,
+                "created_at": self.created_at.isoformat(),
+            },
+            ensure_ascii=False,
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def load(cls, line: str) -> ImportEvent:
+        data = json.loads(line)
+        return cls(
+            origin=data["origin"],
+            type=data["type"],
+            payload=data["payload"],
+            meta=data["meta"],
+            embed_model=data["embed_model"],
+            created_at=datetime.fromisoformat(data["created_at"]),
+        )
+
+
+@dataclass
+class Staged:
+    """A validated import waiting in its file; `discard()` when done with it."""
+
+    path: Path
+    header: dict[str, Any] = field(default_factory=dict)
+    events: int = 0
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def read(self) -> Iterator[ImportEvent]:
+        with self.path.open(encoding="utf-8") as fh:
+            for line in fh:
+                yield ImportEvent.load(line)
+
+    def discard(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+async def stage(chunks: AsyncIterator[bytes], directory: Path) -> Staged:
+    """Read an import body into a staged file, or raise `ImportRefused` (nothing kept)."""
+    private_dir(directory)
+    path = directory / f"import-{uuid.uuid4().hex}.ndjson"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    staged = Staged(path)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            reader = _Lines()
+            async for chunk in chunks:
+                for batch in reader.feed(chunk):
+                    await asyncio.to_thread(_check_batch, batch, staged, out)
+            await asyncio.to_thread(_check_batch, reader.end(), staged, out)
+        if not staged.header:
+            raise ImportRefused(1, "the import is empty; its first line must be the header.")
+    except BaseException:
+        staged.discard()
+        raise
+    return staged
+
+
+class _Lines:
+    """Splits the body into numbered lines, in batches of about `_BATCH_BYTES`."""
+
+    def __init__(self) -> None:
+        self._pending = bytearray()
+        self._batch: list[tuple[int, bytes]] = []
+        self._batch_bytes = 0
+        self._number = 0
+
+    def feed(self, chunk: bytes) -> Iterator[list[tuple[int, bytes]]]:
+        self._pending += chunk
+        start = 0
+        while (end := self._pending.find(b"\n", start)) >= 0:
+            self._add(bytes(self._pending[start:end]))
+            start = end + 1
+            if self._batch_bytes >= _BATCH_BYTES:
+                yield self._take()
+        del self._pending[:start]
+        if len(self._pending) > MAX_LINE_BYTES:
+            raise ImportRefused(self._number + 1, f"longer than {MAX_LINE_BYTES} bytes.")
+
+    def end(self) -> list[tuple[int, bytes]]:
+        if self._pending:
+            self._add(bytes(self._pending))
+            self._pending.clear()
+        return self._take()
+
+    def _add(self, line: bytes) -> None:
+        self._number += 1
+        if len(line) > MAX_LINE_BYTES:
+            raise ImportRefused(self._number, f"longer than {MAX_LINE_BYTES} bytes.")
+        self._batch.append((self._number, line))
+        self._batch_bytes += len(line)
+
+    def _take(self) -> list[tuple[int, bytes]]:
+        batch, self._batch, self._batch_bytes = self._batch, [], 0
+        return batch
+
+
+def _check_batch(batch: list[tuple[int, bytes]], staged: Staged, out: Any) -> None:
+    for number, raw in batch:
+        if not raw.strip():
+            continue
+        value = _parse(number, raw)
+        if not staged.header:
+            staged.header = _header(number, value)
+            continue
+        event = _event(number, value)
+        out.write(event.dump() + "\n")
+        staged.events += 1
+        name = CLASS_OF[event.type]
+        staged.counts[name] = staged.counts.get(name, 0) + 1
+
+
+def _parse(number: int, raw: bytes) -> dict[str, Any]:
+    try:
+        value = json.loads(raw)
+    except RecursionError:
+        raise ImportRefused(number, "nested too deeply.") from None
+    except UnicodeDecodeError:
+        raise ImportRefused(number, "not valid UTF-8.") from None
+    except ValueError:
+        raise ImportRefused(number, "not valid JSON.") from None
+    if not isinstance(value, dict):
+        raise ImportRefused(number, "not a JSON object.")
+    _check_strings(number, value)
+    return value
+
+
+def _check_strings(number: int, value: object) -> None:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                raise ImportRefused(number, "holds a NUL character.")
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ImportRefused(number, "holds text that is not valid Unicode.") from None
+        elif isinstance(item, dict):
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
+def _header(number: int, value: dict[str, Any]) -> dict[str, Any]:
+    if value.get("format") != FORMAT:
+        raise ImportRefused(number, f"the first line must be the header (format {FORMAT!r}).")
+    version = value.get("version")
+    if type(version) is not int or version > VERSION or version < 1:
+        raise ImportRefused(
+            number, f"export format version {version!r} is not one this install reads."
+        )
+    return value
+
+
+def _event(number: int, value: dict[str, Any]) -> ImportEvent:
+    try:
+        return _validated(value)
+    except (ValueError, TypeError, KeyError, ValidationError) as exc:
+        reason = exc.args[0] if isinstance(exc, ValueError | TypeError) and exc.args else ""
+        if isinstance(exc, KeyError):
+            reason = f"missing field {exc.args[0]!r}"
+        elif isinstance(exc, ValidationError):
+            reason = "a message is not a valid chat message"
+        raise ImportRefused(number, f"{reason or 'not a valid event'}.") from None
+
+
+def _validated(value: dict[str, Any]) -> ImportEvent:
+    kind = value["type"]
+    if kind not in CLASS_OF:
+        raise ValueError(f"unknown or not importable event type {str(kind)[:40]!r}")
+    event_id = _string(value, "event_id", MAX_ID, empty=False)
+    payload = value["payload"]
+    if not isinstance(payload, dict):
+        raise ValueError("'payload' must be an object")
+    meta = value.get("meta") or {}
+    if not isinstance(meta, dict):
+        raise ValueError("'meta' must be an object")
+    embed_model = value.get("embed_model")
+    if embed_model is not None:
+        embed_model = _string(value, "embed_model", MAX_LABEL)
+    origin = meta.get("origin", event_id)
+    if not isinstance(origin, str) or not origin or len(origin) > MAX_ID:
+        raise ValueError("'meta.origin' must be an id")
+    return ImportEvent(
+        origin=origin,
+        type=kind,
+        payload=_payload(kind, payload),
+        meta=_meta(meta),
+        embed_model=embed_model,
+        created_at=_time(value["created_at"]),
+    )
+
+
+def _payload(kind: str, data: dict[str, Any]) -> dict[str, Any]:
+    user = _label(data, "user")
+    if kind.startswith("session."):
+        out: dict[str, Any] = {"user": user, "session": _label(data, "session")}
+        if kind == EventType.SESSION_APPENDED:
+            messages = data["messages"]
+            if not isinstance(messages, list):
+                raise ValueError("'messages' must be a list")
+            out["messages"] = [Message.model_validate(m).to_dict() for m in messages]
+            out["query"] = _string(data, "query", MAX_LINE_BYTES, default="")
+            finish = data.get("finish_reason")
+            out["finish_reason"] = None if finish is None else _string(data, "finish_reason", 40)
+        return out
+    if kind.startswith("curated."):
+        doc = data["kind"]
+        if doc not in _KINDS:
+            raise ValueError("'kind' must be 'memory' or 'user'")
+        if doc == "memory" and user:
+            raise ValueError("MEMORY.md is token-wide: its 'user' must be empty")
+        out = {"kind": doc, "user": user}
+        if kind == EventType.CURATED_REPLACED:
+            out["body"] = _string(data, "body", MAX_LINE_BYTES)
+        return out
+    # longterm.*
+    out = {
+        "user": user,
+        "memory_id": _string(data, "memory_id", MAX_ID, empty=False),
+        "source_event_id": _optional_id(data, "source_event_id"),
+    }
+    if kind == EventType.LONGTERM_DELETED:
+        out["reason"] = _string(data, "reason", MAX_LABEL, default="")
+    else:
+        out["text"] = _string(data, "text", MAX_LINE_BYTES)
+    return out
+
+
+def _meta(meta: dict[str, Any]) -> dict[str, Any]:
+    # Only what the log's own meta holds; anything else an export carries is dropped.
+    kept: dict[str, Any] = {}
+    request_id = meta.get("request_id")
+    if isinstance(request_id, str) and len(request_id) <= MAX_ID:
+        kept["request_id"] = request_id
+    if meta.get("backfilled") is True:
+        kept["backfilled"] = True
+    return kept
+
+
+def _time(value: object) -> datetime:
+    if not isinstance(value, str):
+        raise ValueError("'created_at' must be an ISO 8601 time")
+    try:
+        at = datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError("'created_at' must be an ISO 8601 time") from None
+    return (at if at.tzinfo else at.replace(tzinfo=UTC)).astimezone(UTC)
+
+
+def _label(data: dict[str, Any], name: str) -> str:
+    text = _string(data, name, MAX_LABEL)
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in text):
+        raise ValueError(f"{name!r} holds a control character")
+    return text
+
+
+def _optional_id(data: dict[str, Any], name: str) -> str | None:
+    value = data.get(name)
+    if value is None:
+        return None
+    return _string(data, name, MAX_ID, empty=False)
+
+
+def _string(
+    data: dict[str, Any],
+    name: str,
+    limit: int,
+    *,
+    empty: bool = True,
+    default: str | None = None,
+) -> str:
+    value = data.get(name, default) if default is not None else data[name]
+    if not isinstance(value, str):
+        raise ValueError(f"{name!r} must be a string")
+    if len(value) > limit or (not empty and not value):
+        raise ValueError(
+            f"{name!r} must be 1 to {limit} characters" if not empty else f"{name!r} is too long"
+        )
+    return value
