@@ -2,9 +2,9 @@
 search, as the proxy ran it before the episodic layer.
 
 Every turn is stored as one raw memory (`Mem0Pool.add_raw`: Mem0's `infer=False`, so no LLM)
-of one token whose embedder is the local all-MiniLM-L6-v2, in `data_dir` (Qdrant local mode),
-with its `dia_id` as metadata; each question is searched through the same pool the proxy uses.
-Latency: one `Mem0Pool.search` call (thread hop, query embedding, Qdrant search).
+of one token whose embedder is the local all-MiniLM-L6-v2, in `data_dir` (the embedded vector
+engine), with its `dia_id` as metadata; each question is searched through the same pool the
+proxy uses. Latency: one `Mem0Pool.search` call (thread hop, query embedding, engine search).
 """
 
 from __future__ import annotations
@@ -24,9 +24,10 @@ async def run(
     limit_questions: int | None,
     top_k: int,
 ) -> dict[str, Any]:
-    from memory_bridge.sources import mem0_config
-    from memory_bridge.sources.mem0_pool import Mem0Pool, PoolPaths
+    from memory_bridge.sources.longterm import config as mem0_config
+    from memory_bridge.sources.longterm.pool import Mem0Pool
     from memory_bridge.tenancy.config import TokenConfig
+    from memory_bridge.vectors.edge import EdgeEngine
 
     # The memory LLM is required by the config but never called: turns are stored raw.
     config = TokenConfig(
@@ -39,14 +40,8 @@ async def run(
         embed_dims=384,
     )
     mem0_dir = data_dir / "mem0"
-    pool = Mem0Pool(
-        PoolPaths(
-            qdrant_path=data_dir / "qdrant", qdrant_url="", qdrant_api_key="", mem0_dir=mem0_dir
-        ),
-        threads=2,
-        embed_timeout=60.0,
-        llm_timeout=60.0,
-    )
+    engine = EdgeEngine(data_dir)
+    pool = Mem0Pool(engine, mem0_dir, threads=2, embed_timeout=60.0, llm_timeout=60.0)
     results: dict[str, Any] = {}
     all_scored: list[Scored] = []
     try:
@@ -78,8 +73,9 @@ async def run(
             )
     finally:
         await pool.close_all(timeout=30.0)
+        engine.close()
     return {
-        "pipeline": "Mem0 dense search through Mem0Pool (raw memories, Qdrant local mode)",
+        "pipeline": "Mem0 dense search through Mem0Pool (raw memories, the embedded engine)",
         "conversations": results,
         "overall": summarize(all_scored),
         "by_category": by_category(all_scored),

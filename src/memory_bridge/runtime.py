@@ -20,8 +20,9 @@ from memory_bridge.sources.embedder import Embedders, default_spec
 from memory_bridge.sources.episodic import EpisodicMemory
 from memory_bridge.sources.gateway import MemoryGateway
 from memory_bridge.sources.history import SessionHistory
-from memory_bridge.sources.longterm import LongTermMemory
-from memory_bridge.sources.mem0_pool import Mem0Pool, PoolPaths
+from memory_bridge.sources.longterm.events import FactLog
+from memory_bridge.sources.longterm.pool import Mem0Pool
+from memory_bridge.sources.longterm.source import LongTermMemory
 from memory_bridge.sources.vector_generations import Generations
 from memory_bridge.storage.curated import CuratedRepository
 from memory_bridge.storage.db import Database, create_engine, create_schema, session_factory
@@ -58,24 +59,32 @@ def load_cipher(settings: Settings) -> encryption.SecretCipher:
     )
 
 
-def create_long_term_memory(settings: Settings) -> LongTermMemory:
+def create_long_term_memory(
+    settings: Settings, vectors: VectorEngine, db: Database | None
+) -> LongTermMemory:
+    """Mem0's facts, with their vectors in `vectors` (the engine episodic memory uses too)."""
     pool = Mem0Pool(
-        PoolPaths(
-            qdrant_path=settings.resolved_qdrant_path,
-            qdrant_url=settings.resolved_qdrant_url,
-            qdrant_api_key=settings.qdrant_api_key,
-            mem0_dir=settings.mem0_dir,
-        ),
+        vectors,
+        settings.mem0_dir,
         threads=settings.memory_threads,
         embed_timeout=settings.memory_search_timeout,
         llm_timeout=settings.memory_store_timeout,
+        secrets=(settings.qdrant_api_key,) if settings.qdrant_api_key else (),
     )
-    return LongTermMemory(pool, settings.memory_search_timeout, settings.memory_store_timeout)
+    return LongTermMemory(
+        pool, settings.memory_search_timeout, settings.memory_store_timeout, FactLog(db)
+    )
 
 
 def open_vector_engine(settings: Settings) -> VectorEngine:
-    """The episodic index's engine: Qdrant Edge shards under the data directory (one process
-    owns them), or the Qdrant server named by QDRANT_URL."""
+    """The engine of the episodic index and of Mem0's facts: Qdrant Edge shards under the data
+    directory (one process owns them), or the Qdrant server named by QDRANT_URL."""
+    if settings.qdrant_path is not None:
+        log.warning(
+            "QDRANT_PATH is deprecated and ignored: vectors live in the vector engine "
+            "(<data dir>/vectors, or QDRANT_URL); memories stored under %s are not read",
+            settings.qdrant_path,
+        )
     if settings.resolved_qdrant_url:
         from memory_bridge.vectors.server import ServerEngine
 
@@ -163,9 +172,9 @@ async def open_runtime(settings: Settings) -> Runtime:
     curated = CuratedRepository(db, settings.token_cache_ttl)
     degraded = DegradedWarning()
     prepare_mem0_environment(settings)
-    longterm = create_long_term_memory(settings)
     optimizer = ShardOptimizer(settings.vector_optimize_threshold)
     vectors = optimizer.track(open_vector_engine(settings))
+    longterm = create_long_term_memory(settings, vectors, db)
     vector_threads = BlockingExecutor(settings.memory_threads, "vectors")
     cipher = load_cipher(settings)
     generations = Generations(db, cipher, settings.token_cache_ttl)

@@ -48,7 +48,9 @@ class Settings(BaseSettings):
     memory_store_timeout: float = Field(default=120.0, gt=0)
     memory_threads: int = Field(default=4, gt=0, le=64)
 
-    # Long-term memory storage: Qdrant's local mode under the data dir unless a server is named.
+    # Vectors (episodic and Mem0's) live in the embedded engine under the data dir unless a
+    # Qdrant server is named. QDRANT_PATH (qdrant-client's local mode) is deprecated: ignored,
+    # with a warning at startup.
     qdrant_path: Path | None = None
     qdrant_url: str = ""
     qdrant_api_key: str = ""
@@ -120,14 +122,10 @@ class Settings(BaseSettings):
 
     @cached_property
     def resolved_qdrant_url(self) -> str:
-        """The Qdrant server to use, or "" for local mode."""
+        """The Qdrant server to use, or "" for the embedded engine."""
         if self.qdrant_binary:
             return f"http://127.0.0.1:{self.qdrant_port}"
         return self.qdrant_url
-
-    @cached_property
-    def resolved_qdrant_path(self) -> Path:
-        return self.qdrant_path or self.memory_bridge_data_dir / "qdrant"
 
     @cached_property
     def resolved_secret_key_path(self) -> Path:

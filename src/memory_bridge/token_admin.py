@@ -3,7 +3,7 @@
 
 Both go through the same steps, so a token made either way is checked the same: its config
 validated (422 naming the field), its long-term memory checked for whether it can work here
-(`sources.longterm_check`, skipped with `validate=False`), its secret shown once.
+(`sources.longterm.check`, skipped with `validate=False`), its secret shown once.
 Errors are `ProxyError`s; the HTTP edge renders them, the CLI prints their message.
 """
 
@@ -17,7 +17,7 @@ from memory_bridge.lifecycle.purge import purge_token
 from memory_bridge.lifecycle.reembed import reembed_if_changed
 from memory_bridge.runtime import Runtime
 from memory_bridge.sources.base import MemorySource
-from memory_bridge.sources.longterm_check import changes_longterm, check_longterm
+from memory_bridge.sources.longterm.check import changes_longterm, check_longterm
 from memory_bridge.storage.tokens import TokenRecord
 from memory_bridge.storage.traces import TraceStore
 from memory_bridge.tenancy.config import TokenConfig, TokenConfigError, merge_patch, validate_config

@@ -2,7 +2,7 @@
 their memory work is pending, restart it on the same data directory, let the queue drain, and
 check that no completed turn lost or duplicated its memory writes.
 
-The server is a child process with long-term memory (Mem0 over the embedded Qdrant) and the
+The server is a child process with long-term memory (Mem0 over the embedded engine) and the
 Memory Gateway on. Its LLM, embedder and Gateway are fakes served from this process (so they
 outlive every kill and record what they received): Mem0's extraction answers slowly, each
 embedding is delayed, and the Gateway takes a while to answer an add, so work is in flight
@@ -25,7 +25,7 @@ everything sent so far:
 - every stored turn has exactly one Gateway add received and a `done` job, or an `unknown`
   job and at most one add; never two adds of a turn; never a flush without its add.
 
-At the end the server is stopped and Qdrant's local storage is read directly: exactly one
+At the end the server is stopped and the engine's shards are read directly: exactly one
 memory per stored turn's event id (the `event_id` metadata tag), none with another tag.
 """
 
@@ -66,8 +66,8 @@ from tests.support.proxy import UPSTREAM_KEY
 from tests.support.serve import ServeProcess, init_data_dir, serve_env
 from tests.support.tagged_memories import (
     CountingExtractor,
-    local_storage,
     per_turn,
+    stored_engine,
     tagged_memories,
 )
 
@@ -366,8 +366,8 @@ def test_kill_9_in_a_loop_loses_and_duplicates_no_memory_write(harness: Harness)
     h.server.stop()
     # uvicorn re-raises the signal it shut down on: -SIGTERM is its clean exit.
     assert h.server.proc.returncode in (0, -signal.SIGTERM), h.server.log_tail()
-    with local_storage(h.workdir / "data" / "qdrant") as client:
-        found = tagged_memories(client, h.token_id)
+    with stored_engine(h.workdir / "data") as engine:
+        found = tagged_memories(engine, h.token_id)
     tags = Counter(m.event_id for m in found)
     assert tags == Counter({t.event_id: 1 for t in turns}), tags
     by_id = {t.event_id: t for t in turns}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -13,9 +14,9 @@ import httpx
 import pytest
 
 from memory_bridge.logs import RequestIdFilter
-from memory_bridge.sources.longterm import LongTermMemory
-from memory_bridge.sources.mem0_pool import Mem0Pool
-from memory_bridge.sources.qdrant_store import collection_names
+from memory_bridge.sources.longterm.config import MODEL_PREFIX
+from memory_bridge.sources.longterm.pool import Mem0Pool
+from memory_bridge.sources.longterm.source import LongTermMemory
 from tests.fakes.upstream import FakeUpstream
 from tests.support.loopback import LoopbackServer
 from tests.support.proxy import Proxy, start_proxy
@@ -83,7 +84,7 @@ def forwarded_recall(upstream: FakeUpstream) -> str:
 
 @dataclass
 class Running:
-    """A proxy whose app objects a test may look at (the pool, the Qdrant client)."""
+    """A proxy whose app objects a test may look at (the pool, the vector shards)."""
 
     server: LoopbackServer
     proxy: Proxy
@@ -97,15 +98,14 @@ class Running:
     def pool(self) -> Mem0Pool:
         return self.longterm.pool
 
-    def collections(self) -> dict[str, int]:
-        """Every Qdrant collection: name → vector size."""
-        client = self.pool._qdrant()
-        out = {}
-        for name in collection_names(client):
-            vectors = client.get_collection(name).config.params.vectors
-            size = vectors[""].size if isinstance(vectors, dict) else vectors.size  # type: ignore[union-attr]
-            out[name] = size
-        return out
+    def shards(self, token_id: int | None = None) -> list[tuple[int, str, int]]:
+        """The Mem0 shards of the embedded engine on disk (of one token): (token, model, dims)."""
+        out = []
+        for meta in (self.proxy.settings.memory_bridge_data_dir / "vectors").glob("t*/*/meta.json"):
+            data = json.loads(meta.read_text())
+            if data["model_id"].startswith(MODEL_PREFIX) and token_id in (None, data["token_id"]):
+                out.append((data["token_id"], data["model_id"], data["dims"]))
+        return sorted(out)
 
 
 def start(data_dir: Path, upstream_url: str, **overrides: Any) -> Running:

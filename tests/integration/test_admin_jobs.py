@@ -131,7 +131,7 @@ def added_texts(gateway: FakeGateway) -> list[str]:
 
 def event_tags(run: Running, token_id: int) -> Counter[str]:
     """Memories per event id (their metadata tag), read from the proxy's Qdrant client."""
-    return Counter(m.event_id for m in tagged_memories(run.pool._qdrant(), token_id))
+    return Counter(m.event_id for m in tagged_memories(run.pool.engine, token_id))
 
 
 # ---- the Gateway ---------------------------------------------------------------------------

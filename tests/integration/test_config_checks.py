@@ -20,6 +20,7 @@ from tests.integration.longterm_support import (
     chat,
     memory_fields,
     start,
+    wait_for_memory,
     wait_until,
     with_rid,
 )
@@ -141,7 +142,14 @@ def test_vectors_of_another_size_than_embed_dims_are_refused(
     message = _refused(_create(proxy, **fields), "embed_dims", "embedder_dimension_mismatch")
     assert "returns 8-dimensional vectors, not 32" in message
     fields["embed_dims"] = 8
-    assert _create(proxy, **fields).status_code == 201
+    saved = _create(proxy, **fields)
+    assert saved.status_code == 201
+    # Mem0 is not told the size (public config, not a private switch): it sends none.
+    token_id, token = saved.json()["id"], saved.json()["token"]
+    assert chat(proxy, token, "My dog is called Rex").status_code == 200
+    wait_for_memory(proxy, token_id, "My dog is called Rex")
+    mem0_calls = [r.json for r in upstream.embedding_requests if "encoding_format" in r.json]
+    assert mem0_calls and all("dimensions" not in body for body in mem0_calls)
 
 
 def test_the_local_embedder_without_its_extra_is_refused(

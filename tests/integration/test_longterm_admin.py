@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import sqlite3
 from typing import Any
 
 from tests.fakes.upstream import FakeUpstream
@@ -10,6 +12,7 @@ from tests.integration.longterm_support import (
     MEMORY_LLM_KEY,
     chat,
     forwarded_recall,
+    memories,
     memory_block,
     memory_fields,
     memory_texts,
@@ -141,3 +144,74 @@ def test_misconfigured_provider_is_409_for_admin_and_502_for_chat(
     assert answer.status_code == 502
     assert answer.json()["error"]["type"] == "memory_retrieval_failed"
     assert upstream.proxied_requests == []
+
+
+def _log(proxy: Proxy, token_id: int) -> list[tuple[str, str, int, dict[str, Any]]]:
+    """The token's events of the memory log: (type, aggregate, version, payload), in order."""
+    db = sqlite3.connect(proxy.settings.memory_bridge_data_dir / "memory_bridge.db")
+    try:
+        rows = db.execute(
+            "select type, aggregate_id, version, payload from memory_events "
+            "where token_id = ? order by id",
+            (token_id,),
+        ).fetchall()
+    finally:
+        db.close()
+    return [(t, a, v, json.loads(p)) for t, a, v, p in rows]
+
+
+def test_every_fact_change_is_an_event_of_the_log(proxy: Proxy, upstream: FakeUpstream) -> None:
+    token_id, _ = _seed(proxy)
+    # A fact is searchable as soon as Mem0 stored it; its event follows the add.
+    count = sum(len(facts) for facts in FACTS.values())
+    wait_until(
+        lambda: sum(e[0] == "longterm.retained" for e in _log(proxy, token_id)) == count,
+        what="the retained events",
+    )
+    events = _log(proxy, token_id)
+    turns = {
+        e[3]["messages"][0]["content"]: (e[3]["user"], eid)
+        for e, eid in zip(events, _event_ids(proxy, token_id), strict=True)
+        if e[0] == "session.appended"
+    }
+    retained = [e for e in events if e[0] == "longterm.retained"]
+    # One event per fact, with its text, its end user and the turn it came from.
+    assert sorted((e[3]["user"], e[3]["text"]) for e in retained) == sorted(
+        (user, fact) for user, facts in FACTS.items() for fact in facts
+    )
+    listed = {m["memory"]: m["id"] for m in memories(proxy, token_id)}
+    for _, aggregate, version, payload in retained:
+        user, source = turns[payload["text"]]
+        assert payload == {
+            "user": user,
+            "memory_id": listed[payload["text"]],
+            "text": payload["text"],
+            "source_event_id": source,
+        }
+        assert aggregate == f"{token_id}|{user}|longterm|{payload['memory_id']}"
+        assert version == 1
+
+    # An operator's deletes are events too: one memory, then an end user's.
+    base = f"/tokens/{token_id}/memories"
+    mango = listed["My favourite fruit is mango"]
+    assert proxy.admin("DELETE", f"{base}/{mango}").status_code == 204
+    assert proxy.admin("DELETE", base, params={"user": "alice"}).status_code == 204
+    deleted = [e for e in _log(proxy, token_id) if e[0] == "longterm.deleted"]
+    assert [(e[3]["memory_id"], e[3]["user"], e[2]) for e in deleted] == [
+        (mango, "alice", 2),
+        (listed["My sister is called Maria"], "alice", 2),
+    ]
+    assert all(e[3]["reason"] == "admin" and "text" not in e[3] for e in deleted)
+    everything = json.dumps(_log(proxy, token_id))
+    assert MEMORY_LLM_KEY not in everything and EMBED_KEY not in everything
+
+
+def _event_ids(proxy: Proxy, token_id: int) -> list[str]:
+    db = sqlite3.connect(proxy.settings.memory_bridge_data_dir / "memory_bridge.db")
+    try:
+        rows = db.execute(
+            "select event_id from memory_events where token_id = ? order by id", (token_id,)
+        ).fetchall()
+    finally:
+        db.close()
+    return [r[0] for r in rows]

@@ -2,12 +2,12 @@
 
 No HTTP timeout helps when the search never reaches the embedder: it may wait for the
 token's Mem0 instance to be built, or for one of the MEMORY_THREADS threads. Both waits are
-stalled here by holding the lock the pool takes to open (or hand out) its Qdrant client, from
-the test, without touching the fake upstream:
+stalled here by holding the pool's vector engine (`_engine_held`: opening a shard waits for
+the test), without touching the fake upstream:
 
-- a new token's instance build blocks on that lock: a search waits for the build;
-- with one memory thread, an admin listing blocked on that lock keeps the only thread: a
-  search of a ready token waits for a thread.
+- a new token's instance build blocks on opening its shard: a search waits for the build;
+- with one memory thread, an admin listing blocked on opening the shard keeps the only thread:
+  a search of a ready token waits for a thread.
 
 Each must answer 502 `memory_retrieval_failed` (the upstream never called) while everything
 else is served, and the proxy serves the token normally once the stall ends. The client's own
@@ -17,8 +17,11 @@ failure instead of a hang; no duration is asserted.
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -37,6 +40,32 @@ from tests.support.proxy import Proxy
 DEADLINE = 1.0  # MEMORY_SEARCH_TIMEOUT
 SAFETY = 20.0  # the client gives up after this: a hang fails the test, never the CI job
 SETTLE = 60.0  # bound for a first build (importing Mem0 on a busy machine) to finish
+
+
+class _GatedEngine:
+    """The pool's vector engine, whose `index()` waits while the gate is closed."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.gate = threading.Event()
+
+    def index(self, *args: Any) -> Any:
+        self.gate.wait(SAFETY)
+        return self.inner.index(*args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+@contextlib.contextmanager
+def _engine_held(run: Running) -> Iterator[None]:
+    gated = _GatedEngine(run.pool.engine)
+    run.pool.engine = gated  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        gated.gate.set()
+        run.pool.engine = gated.inner
 
 
 def _start(tmp_path: Path, upstream_url: str, threads: int) -> Running:
@@ -88,7 +117,7 @@ def _assert_memory_502(
     failures = [
         r.getMessage()
         for r in logs.records
-        if r.name == "memory_bridge.sources.longterm"
+        if r.name == "memory_bridge.sources.longterm.source"
         and r.getMessage().startswith("long-term memory search failed")
     ]
     assert len(failures) == 1 and "TimeoutError" in failures[0], failures
@@ -124,16 +153,12 @@ def test_search_waiting_for_a_stalled_instance_build_is_502_within_its_deadline(
         proxy = run.proxy
         token_id, token = proxy.create_token(**memory_fields(proxy.upstream_url))
         _, plain = proxy.create_token(name="plain")
-        pool_lock = run.pool._client_lock
-        pool_lock.acquire()
-        try:
+        with _engine_held(run):
             _assert_memory_502(proxy, token, "What do I like?", upstream, logs)
             assert run.pool.current(token_id) is None  # the build really is still waiting
             # A second search joins the same build (one build per token), and gives up too.
             _assert_memory_502(proxy, token, "What do I like, again?", upstream, logs)
             _others_are_served(proxy, plain)
-        finally:
-            pool_lock.release()
         _warm(proxy, token)  # the build finishes, and the token is served again
         assert run.pool.built == 1
     finally:
@@ -156,14 +181,12 @@ def test_search_waiting_for_a_memory_thread_is_502_within_its_deadline(
         wait_for_memory(proxy, token_id, "warm up")
         wait_until(lambda: run.pool.executor.busy == 0, what="an idle pool")
 
-        pool_lock = run.pool._client_lock
-        pool_lock.acquire()
         listing: list[httpx.Response] = []
         lister = threading.Thread(
             target=lambda: listing.append(proxy.admin("GET", f"/tokens/{token_id}/memories"))
         )
-        try:
-            # An admin listing takes the only thread and blocks in it on the held lock; it
+        with _engine_held(run):
+            # An admin listing takes the only thread and blocks in it on the held engine; it
             # gives up after its own deadline, but the thread (and its slot) stays taken.
             lister.start()
             wait_until(lambda: run.pool.executor.busy == 1, what="the only thread to be taken")
@@ -171,9 +194,7 @@ def test_search_waiting_for_a_memory_thread_is_502_within_its_deadline(
             _assert_memory_502(proxy, token, "Where do I live, again?", upstream, logs)
             assert run.pool.executor.busy == 1  # no second thread was started for them
             _others_are_served(proxy, plain)
-        finally:
-            pool_lock.release()
-            lister.join(SAFETY)
+        lister.join(SAFETY)
         assert listing and listing[0].status_code == 502, listing  # it hit its deadline too
         wait_until(lambda: run.pool.executor.busy == 0, what="the thread to come back")
         assert _chat(proxy, token, "Where do I live now?") == "Hello from upstream"

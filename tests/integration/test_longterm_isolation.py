@@ -87,11 +87,8 @@ def test_tokens_with_different_embedding_sizes_both_work(
     assert chat(proxy, large, "What is my boat named?", session="q").status_code == 200
     assert memory_block(forwarded_recall(upstream)) == ["My boat is named Bounty"]
 
-    # The embedder was asked for each token's own size, into collections of that size.
+    # The embedder was asked for each token's own size, into shards of that size.
     sizes = {r.json["dimensions"] for r in upstream.embedding_requests}
     assert sizes == {16, 48}
-    collections = running.collections()
-    assert sorted(collections.values()) == [16, 48]
-    assert all(
-        name.startswith((f"mb_t{small_id}_16d_", f"mb_t{large_id}_48d_")) for name in collections
-    )
+    model = "mem0:bow-embed"
+    assert running.shards() == [(small_id, model, 16), (large_id, model, 48)]

@@ -1,18 +1,23 @@
 """The pool of Mem0 instances: built lazily, rebuilt on PATCH, purged on DELETE, closed at
-shutdown — and one Qdrant client for all of them."""
+shutdown — every instance's vectors in the process's one vector engine."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from qdrant_client import QdrantClient
-from qdrant_client.local.local_collection import LocalCollection
 
-from memory_bridge.sources import mem0_config, mem0_pool
-from memory_bridge.sources.mem0_pool import Mem0Pool, PoolPaths
-from memory_bridge.sources.qdrant_store import FastFilterCollection
+from memory_bridge.sources.longterm import config as mem0_config
+from memory_bridge.sources.longterm import pool as pool_module
+from memory_bridge.sources.longterm.mem0_store import EngineStore
+from memory_bridge.sources.longterm.points import MEMORY_KIND
+from memory_bridge.sources.longterm.pool import Mem0Pool
 from memory_bridge.tenancy.config import validate_config
+from memory_bridge.vectors.edge import EdgeEngine
+from memory_bridge.vectors.index import VectorEngine, Where
+from memory_bridge.vectors.server import ServerEngine
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.longterm_support import (
     Running,
@@ -34,12 +39,12 @@ def _history_file(run: Running, token_id: int) -> Path:
     return run.proxy.settings.mem0_dir / "history" / f"t{token_id}.db"
 
 
-def test_instances_are_lazy_shared_client_and_patch_rebuilds(
+def test_instances_are_lazy_share_the_engine_and_patch_rebuilds(
     running: Running, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     proxy, pool = running.proxy, running.pool
-    freezes: list[int] = []  # the Qdrant client's opening and each build (heap.py)
-    monkeypatch.setattr(mem0_pool, "freeze_long_lived", lambda: freezes.append(pool.built))
+    freezes: list[int] = []  # each build (heap.py)
+    monkeypatch.setattr(pool_module, "freeze_long_lived", lambda: freezes.append(pool.built))
     a_id, a = proxy.create_token(name="a", **memory_fields(proxy.upstream_url))
     b_id, b = proxy.create_token(name="b", **memory_fields(proxy.upstream_url))
     assert pool.current(a_id) is None and pool.built == 0  # nothing built before first use
@@ -48,9 +53,16 @@ def test_instances_are_lazy_shared_client_and_patch_rebuilds(
     wait_for_memory(proxy, a_id, "My cat is called Tom")
     first = pool.current(a_id)
     assert first is not None and pool.current(b_id) is not None
-    assert first.vector_store.client is pool.current(b_id).vector_store.client
+    # Each instance's store is a shard of the runtime's engine, the one episodic memory uses.
+    stores = [pool.current(i).vector_store for i in (a_id, b_id)]
+    assert all(isinstance(store, EngineStore) for store in stores)
+    assert [store.index.key.token_id for store in stores] == [a_id, b_id]
+    key = stores[0].index.key
+    assert (key.model_id, key.dims) == ("mem0:bow-embed", 32)
+    assert pool.engine is running.server.app.state.runtime.vectors  # type: ignore[attr-defined]
+    assert stores[0].index is pool.engine.index(a_id, key.model_id, key.dims)
     built = pool.built
-    assert len(freezes) == 1 + built  # once for the client, once per instance
+    assert len(freezes) == built  # once per instance
 
     # Any change to the token drops its instance; the next request builds a new one.
     reply = proxy.admin("PATCH", f"/tokens/{a_id}", json={"memory_limit": 3})
@@ -70,7 +82,7 @@ def test_instances_are_lazy_shared_client_and_patch_rebuilds(
     assert "My cat is called Tom" in memory_block(forwarded_recall(upstream))
 
 
-def test_new_embedding_space_gets_its_own_collection_and_purge_drops_all(
+def test_new_embedding_space_gets_its_own_shard_and_purge_drops_all(
     running: Running, upstream: FakeUpstream
 ) -> None:
     proxy = running.proxy
@@ -83,23 +95,23 @@ def test_new_embedding_space_gets_its_own_collection_and_purge_drops_all(
 
     reply = proxy.admin("PATCH", f"/tokens/{token_id}", json={"embed_dims": 24})
     assert reply.status_code == 200
-    # Vectors of another size (or model) are not comparable: a fresh collection, empty.
+    # Vectors of another size (or model) are not comparable: a fresh shard, empty.
     assert memory_texts(proxy, token_id) == set()
     assert chat(proxy, token, "What car do I have?").status_code == 200
     assert memory_block(forwarded_recall(upstream)) == []
-    mine = [n for n in running.collections() if n.startswith(f"mb_t{token_id}_")]
-    assert len(mine) == 2
+    model = "mem0:bow-embed"
+    assert running.shards(token_id) == [(token_id, model, 16), (token_id, model, 24)]
     assert _history_file(running, token_id).exists()
 
-    # Without purge the data stays; with it, every collection of the token goes.
+    # Without purge the data stays; with it, every shard of the token goes.
     assert proxy.admin("DELETE", f"/tokens/{token_id}?purge=true").status_code == 204
-    assert not [n for n in running.collections() if n.startswith(f"mb_t{token_id}_")]
+    assert running.shards(token_id) == []
     assert not _history_file(running, token_id).exists()
     assert running.pool.current(token_id) is None
     assert memory_texts(proxy, other_id) == {"My car is a blue Fiat"}
 
     assert proxy.admin("DELETE", f"/tokens/{other_id}").status_code == 204
-    assert [n for n in running.collections() if n.startswith(f"mb_t{other_id}_")]
+    assert running.shards(other_id) == [(other_id, model, 16)]
 
 
 def test_purge_of_a_token_that_never_used_memory_creates_nothing(
@@ -109,10 +121,12 @@ def test_purge_of_a_token_that_never_used_memory_creates_nothing(
     token_id, token = proxy.create_token()
     assert chat(proxy, token, "hi").status_code == 200
     assert proxy.admin("DELETE", f"/tokens/{token_id}?purge=true").status_code == 204
-    assert not proxy.settings.resolved_qdrant_path.exists()
+    data = proxy.settings.memory_bridge_data_dir
+    assert not (data / "vectors" / f"t{token_id}").exists()
+    assert not (data / "qdrant").exists()  # no local-mode storage any more
 
 
-def test_shutdown_closes_every_instance_and_the_qdrant_client(
+def test_shutdown_closes_every_instance_and_the_engine(
     tmp_path: Path, upstream: FakeUpstream, upstream_server: tuple[FakeUpstream, str]
 ) -> None:
     run = start(tmp_path / "data", upstream_server[1])
@@ -122,27 +136,35 @@ def test_shutdown_closes_every_instance_and_the_qdrant_client(
     wait_for_memory(proxy, token_id, "I was born in Lisbon")
     memory = run.pool.current(token_id)
     assert memory is not None and memory.db is not None
+    key = memory.vector_store.index.key
     run.server.stop()
 
     assert memory.db is None  # Mem0's history connection is closed
-    # Local mode allows one client per path: reopening works only if ours was closed.
-    client = QdrantClient(path=str(proxy.settings.resolved_qdrant_path))
+    # A shard has one owner: reopening it works only if the server's engine let it go.
+    engine = EdgeEngine(proxy.settings.memory_bridge_data_dir)
     try:
-        (name,) = client.get_collections().collections
-        points, _ = client.scroll(name.name, with_payload=True)
-        assert [p.payload["data"] for p in points if p.payload] == ["I was born in Lisbon"]
+        points = engine.index(key.token_id, key.model_id, key.dims).scroll(Where(kind=MEMORY_KIND))
+        assert [p.payload.text for p in points] == ["I was born in Lisbon"]
     finally:
-        client.close()
+        engine.close()
 
 
-def _direct_pool(tmp_path: Path, upstream_url: str) -> tuple[Mem0Pool, mem0_config.Mem0Spec]:
-    """A pool used without the proxy, and the spec of token 1 with the fake upstream's Mem0."""
-    pool = Mem0Pool(
-        PoolPaths(tmp_path / "qdrant", "", "", tmp_path / "mem0"),
-        threads=2,
-        embed_timeout=10,
-        llm_timeout=10,
+@pytest.fixture(params=["edge", "server-local"])
+async def vectors(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[VectorEngine]:
+    """The embedded engine, and qdrant-client's local mode standing in for a Qdrant server
+    (`QDRANT_URL`): the server adapter speaks the same client API to both."""
+    engine: VectorEngine = (
+        EdgeEngine(tmp_path / "data") if request.param == "edge" else ServerEngine.local()
     )
+    yield engine
+    engine.close()
+
+
+def _direct_pool(
+    tmp_path: Path, upstream_url: str, engine: VectorEngine, threads: int = 2
+) -> tuple[Mem0Pool, mem0_config.Mem0Spec]:
+    """A pool used without the proxy, and the spec of token 1 with the fake upstream's Mem0."""
+    pool = Mem0Pool(engine, tmp_path / "mem0", threads=threads, embed_timeout=10, llm_timeout=10)
     config = validate_config(
         {"name": "t", "llm_base_url": "http://unused", **memory_fields(upstream_url)}
     )
@@ -150,10 +172,13 @@ def _direct_pool(tmp_path: Path, upstream_url: str) -> tuple[Mem0Pool, mem0_conf
 
 
 async def test_pool_used_directly_with_raw_adds_that_carry_metadata(
-    tmp_path: Path, upstream: FakeUpstream, upstream_server: tuple[FakeUpstream, str]
+    tmp_path: Path,
+    upstream: FakeUpstream,
+    upstream_server: tuple[FakeUpstream, str],
+    vectors: VectorEngine,
 ) -> None:
     """The pool without the proxy (as a benchmark uses it): raw adds need no LLM."""
-    pool, spec = _direct_pool(tmp_path, upstream_server[1])
+    pool, spec = _direct_pool(tmp_path, upstream_server[1], vectors)
     ns = mem0_config.namespace(1, "conv-26")
     items = [
         ("Caroline went to an LGBTQ support group", {"dia_id": "D1:3"}),
@@ -167,44 +192,43 @@ async def test_pool_used_directly_with_raw_adds_that_carry_metadata(
     assert upstream.memory_requests == []  # no LLM call for raw adds
     listed = await pool.list_memories(spec, ns)
     assert {m.text for m in listed} == {text for text, _ in items}
+    assert {m.namespace for m in listed} == {ns}
     await pool.close_all(5)
     with pytest.raises(RuntimeError):
         await pool.search(spec, ns, "anything", 1)
 
 
-async def test_end_users_of_one_token_stay_apart_on_the_fast_filter_path(
-    tmp_path: Path, upstream_server: tuple[FakeUpstream, str]
+async def test_end_users_of_one_token_stay_apart_under_concurrent_writes(
+    tmp_path: Path, upstream_server: tuple[FakeUpstream, str], vectors: VectorEngine
 ) -> None:
-    """One collection per token: the namespace filter keeps end users apart, and the fast
-    path (`qdrant_store.FastFilterCollection`) finds exactly what the generic interpreter of
-    Qdrant's local mode finds, scores included."""
-    pool, spec = _direct_pool(tmp_path, upstream_server[1])
-    users = {"": "token", "alice": "alice", "bob smith": "bob"}
+    """One shard per token: the namespace keeps end users apart, in searches, listings and
+    deletes, while every end user's adds run at once on four threads (nothing lost)."""
+    pool, spec = _direct_pool(tmp_path, upstream_server[1], vectors, threads=4)
+    users = {"": "token", "alice": "alice", "bob smith": "bob", "carol": "carol"}
+    things = ("tea", "chess", "jazz", "rain", "maps")
+
+    async def add(user: str, who: str, thing: str) -> int:
+        ns = mem0_config.namespace(1, user)
+        return await pool.add_raw(spec, ns, [(f"{who} likes {thing}", {"who": who})])
+
+    writes = [add(user, who, thing) for user, who in users.items() for thing in things]
+    assert sum(await asyncio.gather(*writes)) == len(users) * len(things)
+
     for user, who in users.items():
-        items = [(f"{who} likes {thing}", {"who": who}) for thing in ("tea", "chess", "jazz")]
-        await pool.add_raw(spec, mem0_config.namespace(1, user), items)
+        ns = mem0_config.namespace(1, user)
+        found = await pool.search(spec, ns, "likes chess", 20)
+        assert {m.text.split()[0] for m in found} == {who} and len(found) == len(things)
+        assert found[0].text == f"{who} likes chess"
+        listed = await pool.list_memories(spec, ns)
+        assert {m.text.split()[0] for m in listed} == {who} and len(listed) == len(things)
+    token_wide = await pool.search(spec, None, "likes chess", 50)  # every namespace
+    assert len(token_wide) == len(users) * len(things)
+    assert {m.text for m in token_wide[: len(users)]} == {
+        f"{w} likes chess" for w in users.values()
+    }
 
-    async def search_all() -> dict[str, list[tuple[str, float | None]]]:
-        out = {}
-        for user in users:
-            found = await pool.search(spec, mem0_config.namespace(1, user), "likes chess", 10)
-            out[user] = [(m.text, m.score) for m in found]
-        return out
-
-    fast = await search_all()
-    for user, who in users.items():
-        assert {text.split()[0] for text, _ in fast[user]} == {who}, fast[user]
-        assert len(fast[user]) == 3
-    token_wide = await pool.search(spec, None, "likes chess", 20)  # every namespace
-    assert len(token_wide) == 9
-
-    client = pool._qdrant()
-    backend = client._client._inner  # type: ignore[attr-defined]
-    collection = backend.collections[spec.collection]
-    assert type(collection) is FastFilterCollection
-    collection.__class__ = LocalCollection  # the interpreter, as qdrant-client ships it
-    try:
-        assert await search_all() == fast
-    finally:
-        collection.__class__ = FastFilterCollection
+    gone = await pool.delete_namespace(spec, mem0_config.namespace(1, "alice"))
+    assert sorted(m.text for m in gone) == sorted(f"alice likes {t}" for t in things)
+    assert await pool.list_memories(spec, mem0_config.namespace(1, "alice")) == []
+    assert len(await pool.list_memories(spec, None)) == (len(users) - 1) * len(things)
     await pool.close_all(5)

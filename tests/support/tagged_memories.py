@@ -6,9 +6,9 @@ byte for byte: Mem0's own hash dedup cannot hide a second write of the same turn
 `per_turn` counts memories by the turn text they came from.
 
 The admin listing shows a memory's text, not its metadata; `tagged_memories` reads the point
-payloads (with the `event_id` Mem0 was given) straight from a Qdrant client: the proxy's own
-(in-process tests) or one opened on a data directory's local storage once the server that
-owned it has stopped (`local_storage`).
+payloads (with the `event_id` Mem0 was given) straight from the vector engine: the proxy's own
+(in-process tests) or one opened on a data directory once the server that owned its shards has
+stopped (`stored_engine`).
 """
 
 from __future__ import annotations
@@ -22,14 +22,11 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from qdrant_client import QdrantClient
-
-from memory_bridge.sources import mem0_config
-from memory_bridge.sources.longterm import EVENT_ID_KEY
-from memory_bridge.sources.qdrant_store import collection_names, open_client
+from memory_bridge.sources.longterm.config import MODEL_PREFIX, namespace
+from memory_bridge.sources.longterm.points import MEMORY_KIND
+from memory_bridge.vectors.edge import EdgeEngine
+from memory_bridge.vectors.index import VectorEngine, Where
 from tests.fakes.upstream import Scenario
-
-_PAGE = 256
 
 
 class CountingExtractor:
@@ -74,37 +71,29 @@ class TaggedMemory:
     namespace: str
 
 
-def tagged_memories(client: QdrantClient, token_id: int) -> list[TaggedMemory]:
+def tagged_memories(engine: VectorEngine, token_id: int) -> list[TaggedMemory]:
     """Every memory of the token, in every embedding space it used (entity stores aside)."""
-    names = mem0_config.token_collections(token_id, collection_names(client))
     out: list[TaggedMemory] = []
-    for name in names:
-        if name.endswith("_entities"):
+    for key in engine.shards(token_id):
+        if not key.model_id.startswith(MODEL_PREFIX):
             continue
-        offset = None
-        while True:
-            batch, offset = client.scroll(
-                name, limit=_PAGE, offset=offset, with_payload=True, with_vectors=False
-            )
-            for point in batch:
-                payload = point.payload or {}
-                out.append(
-                    TaggedMemory(
-                        event_id=str(payload.get(EVENT_ID_KEY) or ""),
-                        text=str(payload.get("data") or ""),
-                        namespace=str(payload.get("user_id") or ""),
-                    )
+        index = engine.index(key.token_id, key.model_id, key.dims)
+        for point in index.scroll(Where(kind=MEMORY_KIND)):
+            out.append(
+                TaggedMemory(
+                    event_id=point.payload.event_id or "",
+                    text=point.payload.text,
+                    namespace=namespace(token_id, point.payload.user),
                 )
-            if offset is None:
-                break
+            )
     return out
 
 
 @contextlib.contextmanager
-def local_storage(qdrant_path: Path) -> Iterator[QdrantClient]:
-    """The local-mode storage of a stopped server (its write-ahead log replayed)."""
-    client = open_client(qdrant_path, "", "")
+def stored_engine(data_dir: Path) -> Iterator[VectorEngine]:
+    """The embedded engine of a stopped server's data directory."""
+    engine = EdgeEngine(data_dir)
     try:
-        yield client
+        yield engine
     finally:
-        client.close()
+        engine.close()

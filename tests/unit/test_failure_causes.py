@@ -14,9 +14,10 @@ from memory_bridge.context.recall import recall_all
 from memory_bridge.errors import ProxyError
 from memory_bridge.sources.base import OnRecallFailure, Recall
 from memory_bridge.sources.failures import RecallFailed, classify
-from memory_bridge.sources.mem0_config import Mem0ConfigError
+from memory_bridge.sources.longterm.config import Mem0ConfigError
 from memory_bridge.tenancy.config import TokenConfig
 from memory_bridge.turn import Scope, Turn
+from memory_bridge.vectors.index import DimensionMismatch, VectorIndexError
 
 REQUEST = httpx.Request("POST", "http://embedder.test/v1/embeddings")
 
@@ -71,6 +72,9 @@ def _chained(outer: Exception, inner: BaseException) -> Exception:
             "vector_store_error",
             False,
         ),
+        (VectorIndexError("shard refused"), "vector_store_error", False),
+        (_raised_from("memory_bridge.vectors.edge", OSError("disk")), "vector_store_error", False),
+        (DimensionMismatch("8 is not 16"), "embedder_dimension_mismatch", False),
         (
             _chained(RuntimeError("needs the local extra"), ModuleNotFoundError(name="torch")),
             "local_embedder_unavailable",

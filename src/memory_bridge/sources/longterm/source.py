@@ -1,4 +1,4 @@
-"""Long-term memory: Mem0 over Qdrant, per token (and end user).
+"""Long-term memory: Mem0's facts, per token (and end user), in the process's vector engine.
 
 Recall searches the token's memories with the latest user text of the request (not the last
 message, which may be a tool result); a failure or a timeout fails the request with 502
@@ -6,7 +6,8 @@ message, which may be a tool result); a failure or a timeout fails the request w
 (`sources.failures`; the failure policy lives in `context.recall`). After a normal
 completion the turn — the request's new user text(s) and the final assistant text; never
 system prompts, injected memories, reasoning or tool payloads — is handed to Mem0 as
-background work, where one LLM call extracts the facts worth keeping.
+background work, where one LLM call extracts the facts worth keeping; every fact it changes is
+appended to the event log (`events`).
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ import logging
 import weakref
 from functools import partial
 
-from memory_bridge.sources import mem0_config
 from memory_bridge.sources.base import Exchange, OnRecallFailure, Recall
 from memory_bridge.sources.failures import RecallFailed, classify
-from memory_bridge.sources.mem0_pool import Mem0Pool, StoredMemory
+from memory_bridge.sources.longterm import config as mem0_config
+from memory_bridge.sources.longterm.events import FactLog
+from memory_bridge.sources.longterm.points import EVENT_ID_KEY, StoredMemory
+from memory_bridge.sources.longterm.pool import Mem0Pool
 from memory_bridge.tenancy.config import TokenConfig, config_secrets
 from memory_bridge.tenancy.secrets import scrub
 from memory_bridge.turn import Turn
@@ -30,8 +33,8 @@ log = logging.getLogger(__name__)
 # their first 256 tokens: a pasted document must not turn a search into a 502.
 MAX_QUERY_CHARS = 4000
 MAX_STORED_CHARS = 8000
-# The metadata key tagging every memory with the event id of the turn it came from.
-EVENT_ID_KEY = "event_id"
+
+__all__ = ["EVENT_ID_KEY", "LayerOff", "LongTermMemory"]
 
 
 class LayerOff(Exception):
@@ -42,8 +45,15 @@ class LongTermMemory:
     name = "longterm"
     on_recall_failure = OnRecallFailure.MEMORY_UNAVAILABLE
 
-    def __init__(self, pool: Mem0Pool, search_timeout: float, store_timeout: float) -> None:
+    def __init__(
+        self,
+        pool: Mem0Pool,
+        search_timeout: float,
+        store_timeout: float,
+        facts: FactLog | None = None,
+    ) -> None:
         self.pool = pool
+        self.facts = facts or FactLog(None)
         self._search_timeout = search_timeout
         self._store_timeout = store_timeout
         # Mem0's add is read-then-write (dedup against existing memories): two adds of one
@@ -119,22 +129,21 @@ class LongTermMemory:
         exchange: Exchange,
     ) -> int:
         tag = {EVENT_ID_KEY: exchange.event_id} if exchange.event_id else None
-        if tag is not None and exchange.attempt > 1:
-            # At least once made effectively once: what an earlier attempt of this turn
-            # wrote (tagged with the turn's event id) goes before the add is repeated.
-            removed = await self._forget_event(spec, ns, exchange.event_id)
-            if removed:
-                log.info("long-term memory: %d memory(ies) of an earlier attempt removed", removed)
-        return await self.pool.add(spec, ns, messages, prompt, tag)
-
-    async def _forget_event(self, spec: mem0_config.Mem0Spec, ns: str, event_id: str) -> int:
-        removed = 0
-        for memory in await self.pool.list_memories(spec, ns):
-            if memory.metadata.get(EVENT_ID_KEY) == event_id and await self.pool.delete(
-                spec, memory.id
-            ):
-                removed += 1
-        return removed
+        # At least once made effectively once: what an earlier attempt of this turn wrote
+        # (tagged with the turn's event id) goes before the add is repeated.
+        replacing = exchange.event_id if tag is not None and exchange.attempt > 1 else None
+        removed, changes = await self.pool.add(spec, ns, messages, prompt, tag, replacing=replacing)
+        if removed:
+            log.info("long-term memory: %d memory(ies) of an earlier attempt removed", len(removed))
+        await self.facts.turn(
+            spec.token_id,
+            exchange.turn.scope.user,
+            changes,
+            removed,
+            exchange.event_id,
+            spec.model_id,
+        )
+        return sum(1 for change in changes if change.event == "ADD")
 
     async def purge(self, token_id: int) -> None:
         await self.pool.purge(token_id)
@@ -168,18 +177,22 @@ class LongTermMemory:
     async def delete(self, token_id: int, config: TokenConfig, memory_id: str) -> bool:
         spec = self._spec(token_id, config)
         async with asyncio.timeout(self._store_timeout):
-            return await self.pool.delete(spec, memory_id)
+            deleted = await self.pool.delete(spec, memory_id)
+            if deleted is not None:
+                await self.facts.deleted(token_id, [deleted], "admin")
+            return deleted is not None
 
     async def delete_all(self, token_id: int, config: TokenConfig, user: str | None) -> None:
         """One end user's memories (`user=""`: the token-wide ones), or, with `user=None`,
-        every long-term memory of the token (like a purge, but the token stays)."""
+        every long-term memory of the token's current embedding space (the token stays)."""
         spec = self._spec(token_id, config)
         async with asyncio.timeout(self._store_timeout):
             if user is None:
-                await self.pool.purge(token_id)
+                gone = await self.pool.clear(spec)
             else:
                 ns = mem0_config.namespace(token_id, user)
-                await self.pool.delete_namespace(spec, ns)
+                gone = await self.pool.delete_namespace(spec, ns)
+            await self.facts.deleted(token_id, gone, "admin")
 
     def _spec(self, token_id: int, config: TokenConfig) -> mem0_config.Mem0Spec:
         if not mem0_config.enabled(config):

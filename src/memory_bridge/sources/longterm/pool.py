@@ -1,0 +1,384 @@
+"""The Mem0 instances, one per token, and the calls into them.
+
+Mem0 is untyped and blocking: every call into it runs on the bounded `BlockingExecutor`, and
+everything outside this package sees `StoredMemory`, `FactChange` and plain strings.
+
+- One instance per token, keyed by the fingerprint of the token's memory config
+  (`config.fingerprint`): built lazily on first use (in the thread pool: construction blocks),
+  rebuilt when the fingerprint changes, dropped by `invalidate` (registered with
+  `TokenStore.on_change`, so PATCH/rotate/delete take effect at once). A replaced instance is
+  closed (its history SQLite connection) as soon as no call is using it any more.
+- Every instance keeps its vectors in the process's one vector engine (`instance.build`); the
+  engine belongs to the runtime, which closes it after the pool.
+- Memory writes (background adds) take at most `threads - 1` threads, so a recall never waits
+  for a thread only because every thread is writing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from memory_bridge.heap import freeze_long_lived
+from memory_bridge.sources.blocking import BlockingExecutor
+from memory_bridge.sources.longterm import instance, logfilter
+from memory_bridge.sources.longterm.config import MODEL_PREFIX, Mem0Spec, end_user, history_path
+from memory_bridge.sources.longterm.events import FactChange
+from memory_bridge.sources.longterm.points import (
+    ENTITY_KIND,
+    MEMORY_KIND,
+    StoredMemory,
+    from_mem0_result,
+    to_stored,
+)
+from memory_bridge.vectors.index import VectorEngine, VectorIndex, Where
+
+__all__ = ["Mem0Pool"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+@dataclass(eq=False)
+class _Entry:
+    fingerprint: str
+    ready: asyncio.Future[Any]  # the Mem0 `Memory` instance
+    users: int = 0  # calls holding it (until their thread has finished)
+    retired: bool = False
+    closed: bool = False
+
+
+class Mem0Pool:
+    def __init__(
+        self,
+        engine: VectorEngine,
+        mem0_dir: Path,
+        *,
+        threads: int,
+        embed_timeout: float,
+        llm_timeout: float,
+        secrets: tuple[str, ...] = (),
+    ) -> None:
+        self.engine = engine
+        self._mem0_dir = mem0_dir
+        self._executor = BlockingExecutor(threads)
+        self._threads = threads
+        self._writers: asyncio.Semaphore | None = None
+        self._embed_timeout = embed_timeout
+        self._llm_timeout = llm_timeout
+        self._secrets = secrets  # of the process (the Qdrant server's key): scrubbed from logs
+        self._entries: dict[int, _Entry] = {}
+        self._builds: set[asyncio.Task[None]] = set()
+        self._closed = False
+        self.built = 0  # instances constructed so far (tests, diagnostics)
+
+    @property
+    def mem0_dir(self) -> Path:
+        return self._mem0_dir
+
+    @property
+    def executor(self) -> BlockingExecutor:
+        return self._executor
+
+    # ---- operations ---------------------------------------------------------------
+
+    async def search(
+        self, spec: Mem0Spec, namespace: str | None, query: str, limit: int
+    ) -> list[StoredMemory]:
+        """`namespace=None` searches every namespace of the token."""
+        filters = {"user_id": namespace if namespace is not None else "*"}
+
+        def run(memory: Any) -> list[StoredMemory]:
+            found = memory.search(query, filters=filters, top_k=limit)
+            return [from_mem0_result(item) for item in found.get("results", [])]
+
+        return await self._call(spec, run)
+
+    async def add(
+        self,
+        spec: Mem0Spec,
+        namespace: str,
+        messages: list[dict[str, str]],
+        prompt: str | None,
+        metadata: dict[str, str] | None = None,
+        *,
+        replacing: str | None = None,
+    ) -> tuple[list[StoredMemory], list[FactChange]]:
+        """Extract memories from `messages` (one LLM call) and store them, each with
+        `metadata`. `replacing`: an event id whose memories (an earlier attempt's) are deleted
+        first. Returns what was deleted, and the changes the add made."""
+
+        def run(memory: Any) -> tuple[list[StoredMemory], list[FactChange]]:
+            removed: list[StoredMemory] = []
+            if replacing is not None:
+                removed = _delete_where(memory, spec, namespace, event_id=replacing)
+            added = memory.add(
+                messages, user_id=namespace, infer=True, prompt=prompt, metadata=metadata
+            )
+            return removed, [FactChange.of(item) for item in added.get("results", [])]
+
+        return await self._call(spec, run, write=True)
+
+    async def add_raw(
+        self, spec: Mem0Spec, namespace: str, items: list[tuple[str, dict[str, str]]]
+    ) -> int:
+        """Store texts as they are (no LLM: Mem0's `infer=False`), each with custom metadata
+        that search results carry back (benchmarks: which turn a memory came from)."""
+
+        def run(memory: Any) -> int:
+            for text, metadata in items:
+                memory.add(
+                    [{"role": "user", "content": text}],
+                    user_id=namespace,
+                    infer=False,
+                    metadata=dict(metadata),
+                )
+            return len(items)
+
+        return await self._call(spec, run, write=True)
+
+    async def get(self, spec: Mem0Spec, memory_id: str) -> StoredMemory | None:
+        if not _is_uuid(memory_id):
+            return None
+
+        def run(memory: Any) -> StoredMemory | None:
+            found = memory.get(memory_id)
+            return None if not found else from_mem0_result(found)
+
+        return await self._call(spec, run)
+
+    async def delete(self, spec: Mem0Spec, memory_id: str) -> StoredMemory | None:
+        """The memory deleted, or None if there was none with that id."""
+        if not _is_uuid(memory_id):
+            return None
+
+        def run(memory: Any) -> StoredMemory | None:
+            found = memory.get(memory_id)
+            if not found:
+                return None
+            memory.delete(memory_id)
+            return from_mem0_result(found)
+
+        return await self._call(spec, run)
+
+    async def delete_namespace(self, spec: Mem0Spec, namespace: str) -> list[StoredMemory]:
+        return await self._call(spec, lambda memory: _delete_where(memory, spec, namespace))
+
+    async def list_memories(self, spec: Mem0Spec, namespace: str | None) -> list[StoredMemory]:
+        """Every memory of the token's current embedding space (or of one namespace), newest
+        first. Read from the engine: Mem0's own listing needs a namespace and caps its size."""
+
+        def run() -> list[StoredMemory]:
+            index = self._index(spec)
+            items = [to_stored(spec.token_id, p) for p in index.scroll(_where(spec, namespace))]
+            items.sort(key=lambda m: (m.created_at or "", m.id), reverse=True)
+            return items
+
+        return await self._run(spec.secrets, run)
+
+    async def clear(self, spec: Mem0Spec) -> list[StoredMemory]:
+        """Every memory of the token, in every embedding space it used, and Mem0's history
+        (the token and its episodic index stay); the memories deleted."""
+        self.invalidate(spec.token_id)
+
+        def run() -> list[StoredMemory]:
+            gone: list[StoredMemory] = []
+            for key in self.engine.shards(spec.token_id):
+                if key.model_id.startswith(MODEL_PREFIX):
+                    index = self.engine.index(key.token_id, key.model_id, key.dims)
+                    points = index.scroll(Where(kind=MEMORY_KIND))
+                    gone.extend(to_stored(spec.token_id, p) for p in points)
+                    index.delete_where(Where(kind=(MEMORY_KIND, ENTITY_KIND)))
+            _remove_history(self._mem0_dir, spec.token_id)
+            return gone
+
+        return await self._run(spec.secrets, run)
+
+    async def purge(self, token_id: int) -> int:
+        """Delete every long-term memory of a token, in every embedding space it used, and
+        Mem0's history. The token's whole vector storage goes: this is the token's purge
+        (its episodic shards go with it). Returns how many shards were dropped."""
+        self.invalidate(token_id)
+
+        def run() -> int:
+            dropped = self.engine.drop_token(token_id)
+            _remove_history(self._mem0_dir, token_id)
+            return dropped
+
+        dropped = await self._run((), run)
+        if dropped:
+            log.info("token %d: vector storage purged (%d shard(s))", token_id, dropped)
+        return dropped
+
+    # ---- instances ----------------------------------------------------------------
+
+    def invalidate(self, token_id: int) -> None:
+        """The token changed (or went): its instance is not used again, and is closed once idle."""
+        entry = self._entries.pop(token_id, None)
+        if entry is not None:
+            self._retire(entry)
+
+    def current(self, token_id: int) -> Any:
+        """The token's current Mem0 instance, or None (diagnostics and tests)."""
+        entry = self._entries.get(token_id)
+        if entry is None or _failed_or_pending(entry.ready):
+            return None
+        return entry.ready.result()
+
+    async def close_all(self, timeout: float) -> None:
+        self._closed = True
+        for token_id in list(self._entries):
+            self.invalidate(token_id)
+        await self._executor.shutdown(timeout)
+        for task in list(self._builds):
+            task.cancel()
+        log.debug("long-term memory pool closed")
+
+    def _index(self, spec: Mem0Spec) -> VectorIndex:
+        return self.engine.index(spec.token_id, spec.model_id, spec.dims)
+
+    def _entry(self, spec: Mem0Spec) -> _Entry:
+        if self._closed:
+            raise RuntimeError("the long-term memory pool is closed")
+        entry = self._entries.get(spec.token_id)
+        if entry is not None and entry.fingerprint == spec.fingerprint:
+            return entry
+        if entry is not None:
+            self._retire(entry)
+        loop = asyncio.get_running_loop()
+        entry = _Entry(spec.fingerprint, loop.create_future())
+        self._entries[spec.token_id] = entry
+        task = loop.create_task(self._build(spec, entry))
+        self._builds.add(task)
+        task.add_done_callback(self._builds.discard)
+        return entry
+
+    async def _build(self, spec: Mem0Spec, entry: _Entry) -> None:
+        try:
+            memory = await self._run(spec.secrets, lambda: self._construct(spec))
+        except BaseException as exc:
+            if self._entries.get(spec.token_id) is entry:
+                del self._entries[spec.token_id]  # the next call tries again
+            if not isinstance(exc, Exception):
+                entry.ready.cancel()
+                raise
+            if not entry.ready.done():
+                entry.ready.set_exception(exc)
+                entry.ready.exception()  # retrieved: waiters may all have given up
+            return
+        entry.ready.set_result(memory)
+        self.built += 1
+        if entry.retired and entry.users == 0:
+            self._close(entry)
+
+    def _construct(self, spec: Mem0Spec) -> Any:
+        memory = instance.build(
+            spec,
+            self.engine,
+            self._mem0_dir,
+            embed_timeout=self._embed_timeout,
+            llm_timeout=self._llm_timeout,
+        )
+        freeze_long_lived()  # Mem0, its providers' modules and clients, the instance itself
+        log.debug("token %d: Mem0 instance built (%s)", spec.token_id, spec.model_id)
+        return memory
+
+    def _retire(self, entry: _Entry) -> None:
+        entry.retired = True
+        if entry.users == 0:
+            self._close(entry)
+
+    def _release(self, entry: _Entry) -> None:
+        entry.users -= 1
+        if entry.retired and entry.users == 0:
+            self._close(entry)
+
+    def _close(self, entry: _Entry) -> None:
+        if entry.closed or _failed_or_pending(entry.ready):
+            return  # a build still running closes it when it finishes
+        entry.closed = True
+        memory = entry.ready.result()
+        self._executor.submit_detached(lambda: instance.close(memory))
+
+    async def _call(self, spec: Mem0Spec, fn: Callable[[Any], T], *, write: bool = False) -> T:
+        """`write`: a memory write (background work). Writes also take one of `threads - 1`
+        writer slots, so with two or more threads a recall never finds every thread busy
+        writing (many end users' adds at once). Like a thread slot, a writer slot is freed
+        when the thread ends, not when the caller stops waiting."""
+        entry = self._entry(spec)
+        entry.users += 1
+        writers = self._writer_slots() if write else None
+        try:
+            memory = await asyncio.shield(entry.ready)
+            if writers is not None:
+                await writers.acquire()
+        except BaseException:
+            self._release(entry)
+            raise
+
+        def finish() -> None:
+            if writers is not None:
+                writers.release()
+            self._release(entry)
+
+        return await self._run(spec.secrets, lambda: fn(memory), finish)
+
+    def _writer_slots(self) -> asyncio.Semaphore:
+        # Created on first use, inside the running loop that will use it.
+        if self._writers is None:
+            self._writers = asyncio.Semaphore(max(1, self._threads - 1))
+        return self._writers
+
+    async def _run(
+        self,
+        secrets: tuple[str, ...],
+        fn: Callable[[], T],
+        on_finish: Callable[[], None] | None = None,
+    ) -> T:
+        # The thread runs in a copy of this context: it sees the secrets and the request id.
+        with logfilter.serving((*secrets, *self._secrets)):
+            return await self._executor.run(fn, on_finish)
+
+
+def _where(spec: Mem0Spec, namespace: str | None, event_id: str | None = None) -> Where:
+    if namespace is None:
+        return Where(kind=MEMORY_KIND, event_id=event_id)
+    user = end_user(spec.token_id, namespace)
+    return Where(kind=MEMORY_KIND, user=() if user is None else user, event_id=event_id)
+
+
+def _delete_where(
+    memory: Any, spec: Mem0Spec, namespace: str, event_id: str | None = None
+) -> list[StoredMemory]:
+    """Delete through Mem0 (its history records each deletion) every memory of a namespace,
+    or of one event's turn in it; the memories deleted."""
+    store = memory.vector_store
+    points = list(store.index.scroll(_where(spec, namespace, event_id)))
+    gone = []
+    for point in points:
+        memory.delete(point.id)
+        gone.append(to_stored(spec.token_id, point))
+    return gone
+
+
+def _remove_history(mem0_dir: Path, token_id: int) -> None:
+    history = history_path(mem0_dir, token_id)
+    for path in history.parent.glob(history.name + "*"):
+        path.unlink(missing_ok=True)
+
+
+def _failed_or_pending(ready: asyncio.Future[Any]) -> bool:
+    return not ready.done() or ready.cancelled() or ready.exception() is not None
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True
