@@ -130,7 +130,7 @@ def added_texts(gateway: FakeGateway) -> list[str]:
 
 
 def event_tags(run: Running, token_id: int) -> Counter[str]:
-    """Memories per event id (their metadata tag), read from the proxy's Qdrant client."""
+    """Memories per event id (their metadata tag), read from the proxy's vector engine."""
     return Counter(m.event_id for m in tagged_memories(run.pool.engine, token_id))
 
 
@@ -278,6 +278,18 @@ def test_a_retry_removes_what_an_earlier_attempt_wrote(
     assert sorted(event_tags(run, token_id).values()) == [1, 1]
     (first,) = [t for t in found if t.startswith("my cat")]
     assert first.endswith(" #2")  # the memory of the first attempt is gone
+    # The log says so: the facts kept are retained, the first attempt's one deleted.
+    rows = db_rows(
+        proxy,
+        "select type, payload from memory_events where type like 'longterm.%' order by id",
+    )
+    logged = [(t, json.loads(p)) for t, p in rows]
+    kept = {m["id"]: m["memory"] for m in memories(proxy, token_id)}
+    retained = {p["memory_id"]: p["text"] for t, p in logged if t == "longterm.retained"}
+    assert retained == kept
+    deleted = [p for t, p in logged if t == "longterm.deleted"]
+    assert [p["reason"] for p in deleted] == ["replaced_by_retry"]
+    assert deleted[0]["memory_id"] not in kept
 
 
 def test_a_timed_out_attempt_that_writes_late_is_not_duplicated(

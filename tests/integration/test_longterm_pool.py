@@ -193,6 +193,16 @@ async def test_pool_used_directly_with_raw_adds_that_carry_metadata(
     listed = await pool.list_memories(spec, ns)
     assert {m.text for m in listed} == {text for text, _ in items}
     assert {m.namespace for m in listed} == {ns}
+
+    # Mem0's entity store and its reset stay on our shard: nothing else is opened.
+    memory = pool.current(1)
+    store = memory.vector_store
+    assert isinstance(store, EngineStore) and store.kind == MEMORY_KIND
+    assert isinstance(memory.entity_store, EngineStore)
+    assert memory.entity_store.index is store.index and memory.entity_store.kind != MEMORY_KIND
+    await pool.executor.run(memory.reset)
+    assert memory.vector_store is store
+    assert await pool.list_memories(spec, ns) == []
     await pool.close_all(5)
     with pytest.raises(RuntimeError):
         await pool.search(spec, ns, "anything", 1)
