@@ -79,6 +79,11 @@ def test_erasing_alice_leaves_no_trace_of_her_words(
     assert erased.json()["longterm"] == "erased"
     again = proxy.admin("DELETE", f"/tokens/{token_id}/users/alice")
     assert again.status_code == 200 and not any(again.json()["counts"].values())
+    # Any user id the chat path stores can be named, `/` included; bad ones are refused.
+    odd = proxy.admin("DELETE", f"/tokens/{token_id}/users/team%2Fbob%20b")
+    assert odd.status_code == 200 and odd.json()["user"] == "team/bob b"
+    assert proxy.admin("DELETE", f"/tokens/{token_id}/users/{'u' * 201}").status_code == 422
+    assert proxy.admin("DELETE", f"/tokens/{token_id + 99}/users/alice").status_code == 404
 
     # Nothing of alice through the API: sessions, memories, her USER.md, recall.
     assert (
