@@ -110,9 +110,9 @@ class _Local:
             runtime.db, runtime.audit, token_id, classes, mask=mask, install=install
         )
         lines = 0
-        async for line in export_lines(runtime.db, export):
-            sink.write(line)
-            lines += 1
+        async for chunk in export_lines(runtime.db, export):
+            sink.write(chunk)
+            lines += chunk.count(b"\n")
         return lines
 
     async def import_(self, token_id: int, file: str) -> dict[str, Any]:

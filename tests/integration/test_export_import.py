@@ -159,3 +159,36 @@ def test_export_then_import_gives_the_same_recall(
     assert seen[a][0] == seen[b][0] and seen[a][2] == seen[b][2]
     assert "Thursdays" in json.dumps(seen[b][2])
     assert b_id != a_id and database_url
+
+
+def test_an_import_has_its_own_size_limit(
+    tmp_path: Path, upstream: FakeUpstream, upstream_server: tuple[FakeUpstream, str]
+) -> None:
+    server, proxy = start_proxy(
+        tmp_path / "data", upstream_server[1], max_request_bytes=20_000, max_import_bytes=100_000
+    )
+    try:
+        token_id, _ = proxy.create_token()
+        header = {"format": "memory-bridge.export", "version": 1}
+        doc = "# Facts\n" + "The sky is blue. " * 3000  # 51 kB: over the request limit
+        event = {
+            "event_id": "e1",
+            "type": "curated.replaced",
+            "payload": {"kind": "memory", "user": "", "body": doc},
+            "created_at": "2026-01-02T03:04:05+00:00",
+        }
+        body = json.dumps(header) + "\n" + json.dumps(event) + "\n"
+        put = proxy.admin("PUT", f"/tokens/{token_id}/curated/memory", content=doc.encode())
+        assert put.status_code == 413  # the ordinary admin limit
+        assert _import(proxy, token_id, body).json()["imported"] == 1
+        assert proxy.admin("GET", f"/tokens/{token_id}/curated/memory").text == doc
+
+        event2 = {**event, "event_id": "e2", "payload": {**event["payload"], "body": doc * 2}}
+        twice = body + json.dumps(event2) + "\n"  # 150 kB: over the import limit
+        refused = _import(proxy, token_id, twice)
+        assert refused.status_code == 413
+        assert proxy.admin("GET", f"/tokens/{token_id}/curated/memory").text == doc
+        staging = proxy.settings.memory_bridge_data_dir / "imports"
+        assert not any(staging.iterdir())
+    finally:
+        server.stop()

@@ -66,11 +66,13 @@ _EXPORTED: dict[int | str, dict[str, Any]] = {
         "content": {MEDIA_TYPE: {"schema": {"type": "string"}}},
     }
 }
+_LINES = {"schema": {"type": "string", "pattern": r"^[^\x00]*$"}}
 _NDJSON_BODY = {
     "requestBody": {
         "required": True,
-        "description": "An export of `GET …/export`: its header line, then event lines.",
-        "content": {MEDIA_TYPE: {"schema": {"type": "string", "pattern": r"^[^\x00]*$"}}},
+        "description": "An export of `GET …/export`: its header line, then event lines. "
+        "Any content type is read as NDJSON.",
+        "content": {MEDIA_TYPE: _LINES, "text/plain": _LINES},
     }
 }
 

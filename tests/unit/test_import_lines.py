@@ -1,0 +1,117 @@
+"""Reading an import: every line checked before anything is applied; a bad one named by its
+number, with nothing staged left behind."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memory_bridge.lifecycle import import_lines
+from memory_bridge.lifecycle.import_lines import ImportRefused, stage
+
+HEADER = {"format": "memory-bridge.export", "version": 1, "install": "x", "events": 2}
+TURN = {
+    "event_id": "e1",
+    "type": "session.appended",
+    "payload": {
+        "user": "ada",
+        "session": "s",
+        "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}],
+        "query": "hi",
+        "finish_reason": "stop",
+    },
+    "meta": {"request_id": "r1", "source": "chat", "extra": "dropped"},
+    "embed_model": None,
+    "created_at": "2026-01-02T03:04:05+01:00",
+}
+DOC = {
+    "event_id": "e2",
+    "type": "curated.replaced",
+    "payload": {"kind": "memory", "user": "", "body": "# Facts"},
+    "created_at": "2026-01-02T03:04:05",
+}
+
+
+async def _chunks(text: str, size: int = 7) -> AsyncIterator[bytes]:
+    raw = text.encode()
+    for i in range(0, len(raw), size):  # lines split across chunks, as a network delivers them
+        yield raw[i : i + size]
+
+
+def _body(*lines: Any) -> str:
+    return "".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines)
+
+
+async def test_a_valid_import_is_staged_normalised(tmp_path: Path) -> None:
+    staged = await stage(_chunks(_body(HEADER, TURN, "", DOC)), tmp_path)
+    events = list(staged.read())
+    assert (staged.events, staged.counts) == (2, {"sessions": 1, "curated": 1})
+    assert [e.origin for e in events] == ["e1", "e2"]
+    assert events[0].meta == {"request_id": "r1"}  # only what the log's meta holds
+    assert events[0].created_at.isoformat() == "2026-01-02T02:04:05+00:00"
+    assert events[1].created_at.tzinfo is not None
+    assert stat_mode(staged.path) == 0o600
+    staged.discard()
+    assert not list(tmp_path.iterdir())
+
+
+def stat_mode(path: Path) -> int:
+    return path.stat().st_mode & 0o777
+
+
+def _with(base: dict[str, Any], **changes: Any) -> dict[str, Any]:
+    return {**base, **changes}
+
+
+BAD = [
+    (_body(TURN), 1, "header"),
+    (_body(_with(HEADER, version=2)), 1, "version 2"),
+    (_body(HEADER, "{not json"), 2, "not valid JSON"),
+    (_body(HEADER, "[1, 2]"), 2, "not a JSON object"),
+    (_body(HEADER, TURN, _with(TURN, type="user.erased")), 3, "not importable"),
+    (_body(HEADER, _with(TURN, payload={"user": "a"})), 2, "missing field 'session'"),
+    (_body(HEADER, _with(TURN, event_id="")), 2, "'event_id'"),
+    (_body(HEADER, _with(TURN, created_at="yesterday")), 2, "ISO 8601"),
+    (_body(HEADER, _with(DOC, payload={"kind": "memory", "user": "ada", "body": ""})), 2, "MEMORY"),
+    (_body(HEADER, _with(DOC, payload={"kind": "x", "user": "", "body": ""})), 2, "'kind'"),
+    (
+        _body(HEADER, _with(TURN, payload={**TURN["payload"], "messages": [{"role": "x"}]})),
+        2,
+        "chat message",
+    ),
+    (_body(HEADER, _with(TURN, payload={**TURN["payload"], "user": "a\nb"})), 2, "control"),
+    (_body(HEADER, _with(DOC, payload={"kind": "memory", "user": "", "body": "a\x00"})), 2, "NUL"),
+    (_body(HEADER, '{"event_id": "\\ud800"}'), 2, "not valid Unicode"),
+    (_body(HEADER, "[" * 100_000 + "]" * 100_000), 2, "nested too deeply"),
+    ("", 1, "empty"),
+]
+
+
+@pytest.mark.parametrize(("body", "line", "reason"), BAD)
+async def test_a_bad_line_refuses_the_import(
+    tmp_path: Path, body: str, line: int, reason: str
+) -> None:
+    with pytest.raises(ImportRefused) as refused:
+        await stage(_chunks(body, 4096), tmp_path)
+    assert refused.value.status == 422 and refused.value.line == line
+    assert refused.value.message.startswith(f"Line {line}: ") and reason in refused.value.message
+    assert not list(tmp_path.iterdir())  # nothing staged is left
+
+
+async def test_a_line_over_the_bound_is_refused_before_it_is_held(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(import_lines, "MAX_LINE_BYTES", 1000)
+    endless = _body(HEADER) + "x" * 5000  # no newline in sight
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for i in range(0, len(endless), 100):
+            yield endless[i : i + 100].encode()
+
+    with pytest.raises(ImportRefused) as refused:
+        await stage(chunks(), tmp_path)
+    assert refused.value.line == 2 and "longer than 1000 bytes" in refused.value.message
