@@ -75,7 +75,8 @@ def test_erasing_alice_leaves_no_trace_of_her_words(
     assert erased.status_code == 200, erased.text
     counts = erased.json()["counts"]
     assert counts["messages"] == 6 and counts["sessions"] == 3 and counts["curated"] == 1
-    assert counts["episodic"] == 6 and counts["traces"] >= 1 and counts["events"] >= 7
+    assert counts["episodic"] == 6 and counts["longterm"] == 3  # her 3 sayings, as facts
+    assert counts["traces"] >= 1 and counts["events"] >= 7
     assert erased.json()["longterm"] == "erased"
     again = proxy.admin("DELETE", f"/tokens/{token_id}/users/alice")
     assert again.status_code == 200 and not any(again.json()["counts"].values())
@@ -110,6 +111,10 @@ def test_erasing_alice_leaves_no_trace_of_her_words(
     assert _files_holding(database.parent, KEPT)  # the scan finds what is there
     assert [p for p in _files_holding(database.parent, MARKER) if p.startswith(database.name)] == []
     assert _files_holding(data_dir / "vectors", MARKER) == []
+    # Nowhere else under the data directory either, but for Mem0's own history database, which
+    # keeps deleted facts' text (a known gap of the long-term layer, docs/operations.md).
+    elsewhere = _files_holding(data_dir, MARKER)
+    assert [p for p in elsewhere if not p.startswith("mem0/history/")] == []
     assert _files_holding(data_dir / "vectors", KEPT)
     assert not [r for r in logs.records if MARKER in r.getMessage()]
 

@@ -47,7 +47,7 @@ class ErasedUser(BaseModel):
     user: str
     counts: dict[str, int] = Field(
         description="What was removed, per layer: events, sessions, messages, curated, jobs, "
-        "traces, audit, episodic (vectors). All zero when nothing of the user was left."
+        "traces, audit, episodic and longterm (vectors). All zero when nothing was left."
     )
     longterm: str = Field(description='"erased", or "off" when the token has no long-term memory.')
 

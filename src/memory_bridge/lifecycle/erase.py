@@ -1,13 +1,18 @@
 """Erasing one end user of a token from every memory layer, in one call.
 
-Order matters twice. The database goes first, in one transaction (`erase_rows`): the user's
-events and their pending jobs go together, so no worker can start indexing one of their turns
-afterwards, and the tombstone is appended. The vector layers follow: the episodic index of every
-shard the token has (every embedding model it used; each shard is compacted after the delete,
-so the deleted payloads leave the files too) and the long-term memories (Mem0). A failure
-there answers 5xx and a retry finishes the job: every step deletes by user, not by a list it
-would have lost. A job that was already running when the rows went may still write its vectors;
-the erasure waits for it (at most `MEMORY_STORE_TIMEOUT`) and sweeps the vector layers again.
+The order matters.
+1. The database, in one transaction (`erase_rows`): the user's events go with their pending
+   jobs, so no worker starts on one of their turns afterwards.
+2. Long-term memory: Mem0's delete of the user's namespace (it logs `longterm.deleted`,
+   content-free, for each fact it removes).
+3. The vector engine: the user's points in every shard the token has (every embedding model
+   it used, episodic and long-term alike), each shard that held any compacted after, so the
+   deleted payloads leave the files too.
+4. The database again: what appeared since step 1 (step 2's events, a late job's), then the
+   content-free `user.erased` tombstone with the counts of the whole erasure.
+A failure in 2 or 3 answers 5xx and the same call finishes the job: every step deletes by user,
+not from a list it would have lost. A job of the user that was already running at step 1 may
+still write; the erasure waits for it (at most `MEMORY_STORE_TIMEOUT`) before step 3.
 
 A second call finds nothing and answers zero counts; it appends no tombstone (nothing was
 erased) but is audited again, as every admin action is.
@@ -21,6 +26,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy import Connection
+
 from memory_bridge.events import log as event_log
 from memory_bridge.lifecycle import erase_rows
 from memory_bridge.runtime import Runtime
@@ -31,6 +38,7 @@ from memory_bridge.vectors.index import ShardKey, Where
 log = logging.getLogger(__name__)
 
 _POLL = 0.2
+EPISODIC_KIND = "episodic"
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,20 +64,25 @@ async def erase_user(
     if traces is not None:
         await traces.flush()  # a trace still queued would be written after the delete
     shards = await runtime.vector_threads.run(lambda: runtime.vectors.shards(token_id))
-    episodic = await _count_points(runtime, shards, user)
+    points, held = await _count_points(runtime, shards, user)
+
+    def first(conn: Connection) -> erase_rows.RowsErased:
+        return erase_rows.erase_rows(conn, token_id, user)
+
+    found = await runtime.db.write(first)
+    runtime.curated.forget(token_id)
+    if found.running_jobs:
+        await _wait_for(runtime, found.running_jobs)
+    longterm = await _erase_longterm(runtime, token_id, user)
+    await _sweep_vectors(runtime, token_id, user, held)
+    earlier = {**erase_rows.counts_of(found), **points}
     meta = {"source": "admin", "request_id": request_id}
 
-    def work(conn: Any) -> erase_rows.RowsErased:
-        return erase_rows.erase_rows(conn, token_id, user, {"episodic": episodic}, meta)
+    def last(conn: Connection) -> tuple[erase_rows.RowsErased, dict[str, int]]:
+        return erase_rows.erase_rows_and_close(conn, token_id, user, earlier, meta)
 
-    found = await event_log.write_appending(runtime.db, work)
-    runtime.curated.forget(token_id)
+    _, counts = await event_log.write_appending(runtime.db, last)
     await runtime.db.run(erase_rows.checkpoint)
-    await _sweep_vectors(runtime, shards, user)
-    longterm = await _erase_longterm(runtime, token_id, user)
-    if found.running_jobs:
-        await _after_running(runtime, token_id, user, found.running_jobs)
-    counts = {**erase_rows.counts_of(found), "episodic": episodic}
     erasure = Erasure(counts=counts, longterm=longterm)
     await runtime.audit.record(
         Scope(token_id=token_id, user=user, session=""),
@@ -77,32 +90,44 @@ async def erase_user(
         request_id,
         erasure.as_json(),
     )
-    log.info(
-        "token %d: an end user erased (%d events, %d vectors)", token_id, found.events, episodic
-    )
+    log.info("token %d: an end user erased (%d events)", token_id, counts.get("events", 0))
     return erasure
 
 
-async def _count_points(runtime: Runtime, shards: list[ShardKey], user: str) -> int:
-    def count() -> int:
-        return sum(
-            runtime.vectors.index(k.token_id, k.model_id, k.dims).count(Where(user=user))
-            for k in shards
-        )
+async def _count_points(
+    runtime: Runtime, shards: list[ShardKey], user: str
+) -> tuple[dict[str, int], set[ShardKey]]:
+    """The user's points: episodic, and the long-term layer's (its facts' vectors); and the
+    shards that hold any."""
+
+    def count() -> tuple[dict[str, int], set[ShardKey]]:
+        total = episodic = 0
+        holding = set()
+        for key in shards:
+            index = runtime.vectors.index(key.token_id, key.model_id, key.dims)
+            found = index.count(Where(user=user))
+            if found:
+                holding.add(key)
+                total += found
+                episodic += index.count(Where(user=user, kind=EPISODIC_KIND))
+        return {"episodic": episodic, "longterm": total - episodic}, holding
 
     return await runtime.vector_threads.run(count)
 
 
-async def _sweep_vectors(runtime: Runtime, shards: list[ShardKey], user: str) -> None:
-    """Delete the user's points of every shard, then rewrite the shards that held any, so the
-    deleted payloads are gone from the files as well (the cost: a copy of the shard's other
-    points; docs/operations.md)."""
+async def _sweep_vectors(runtime: Runtime, token_id: int, user: str, held: set[ShardKey]) -> None:
+    """Delete the user's points of every shard, then rewrite each shard that held any (also
+    those whose points the long-term layer deleted itself), so the deleted payloads are gone
+    from the files as well (the cost: a copy of the shard's other points; docs/operations.md).
+    Shards are listed afresh: a rebuild may have made one meanwhile."""
 
     def sweep() -> None:
-        for key in shards:
+        for key in runtime.vectors.shards(token_id):
             index = runtime.vectors.index(key.token_id, key.model_id, key.dims)
             if index.count(Where(user=user)):
                 index.delete_where(Where(user=user))
+                index.compact()
+            elif key in held:
                 index.compact()
 
     await runtime.vector_threads.run(sweep)
@@ -117,15 +142,12 @@ async def _erase_longterm(runtime: Runtime, token_id: int, user: str) -> str:
     return "erased"
 
 
-async def _after_running(runtime: Runtime, token_id: int, user: str, job_ids: list[int]) -> None:
-    """Wait for the user's jobs that were running to end (their event is gone: a retry of one
-    finds nothing to do), drop them, and sweep the vector layers again for a late write."""
+async def _wait_for(runtime: Runtime, job_ids: list[int]) -> None:
+    """Wait for the user's jobs that were running to end (their event is gone: one that
+    retries finds nothing to do), then drop them; the sweeps that follow catch their writes."""
     deadline = time.monotonic() + runtime.settings.memory_store_timeout
     while time.monotonic() < deadline:
         if not await runtime.db.run(lambda conn: erase_rows.running(conn, job_ids)):
             break
         await asyncio.sleep(_POLL)
     await runtime.db.write(lambda conn: erase_rows.drop_jobs(conn, job_ids))
-    shards = await runtime.vector_threads.run(lambda: runtime.vectors.shards(token_id))
-    await _sweep_vectors(runtime, shards, user)
-    await _erase_longterm(runtime, token_id, user)

@@ -1,5 +1,6 @@
-"""The database side of erasing an end user: one transaction that removes every row holding
-what the user said or what was remembered of it, and appends the `user.erased` tombstone.
+"""The database side of erasing an end user: a transaction that removes every row holding
+what the user said or what was remembered of it, and a last one that appends the `user.erased`
+tombstone after removing what the vector layers' own deletes logged meanwhile.
 
 What goes: the user's events in the log (`session.*`, their `curated.*` USER.md, `longterm.*`),
 the jobs of those events, the projections (`messages`, their `curated` row), the context traces
@@ -18,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,26 +76,46 @@ class RowsErased:
         return bool(self.events or self.messages or self.curated or self.traces or self.audit)
 
 
-def erase_rows(
-    conn: Connection, token_id: int, user: str, tombstone: dict[str, int], meta: dict[str, Any]
-) -> RowsErased:
-    """Delete the user's rows; append the tombstone if anything of the user was found here or
-    in `tombstone` (the vector layers' counts, taken before). Run in one write unit."""
+def erase_rows(conn: Connection, token_id: int, user: str) -> RowsErased:
+    """Delete the user's rows (one write unit)."""
+    with _secure_delete(conn):
+        return _erase(conn, token_id, user)
+
+
+def erase_rows_and_close(
+    conn: Connection,
+    token_id: int,
+    user: str,
+    earlier: dict[str, int],
+    meta: dict[str, Any],
+) -> tuple[RowsErased, dict[str, int]]:
+    """The last pass (one write unit): delete whatever of the user's rows appeared since the
+    first (the long-term layer's own `longterm.deleted` events, a late job's), then append
+    the tombstone with the counts of the whole erasure if it removed anything at all."""
+    with _secure_delete(conn):
+        found = _erase(conn, token_id, user)
+    counts = dict(earlier)
+    for name, value in counts_of(found).items():
+        counts[name] = counts.get(name, 0) + value
+    if any(counts.values()):
+        event = NewEvent(
+            EventType.USER_ERASED,
+            user_aggregate(token_id, user),
+            {"user": user, "counts": counts},
+            meta,
+        )
+        event_log.append(conn, token_id, [event])
+    return found, counts
+
+
+@contextmanager
+def _secure_delete(conn: Connection) -> Iterator[None]:
+    """SQLite zeroes what this transaction frees instead of leaving it in free space."""
     sqlite = conn.dialect.name == "sqlite"
     if sqlite:
         conn.exec_driver_sql("PRAGMA secure_delete=ON")
     try:
-        found = _erase(conn, token_id, user)
-        counts = {**counts_of(found), **tombstone}
-        if found.any or any(tombstone.values()):
-            event = NewEvent(
-                EventType.USER_ERASED,
-                user_aggregate(token_id, user),
-                {"user": user, "counts": counts},
-                meta,
-            )
-            event_log.append(conn, token_id, [event])
-        return found
+        yield
     finally:
         if sqlite:
             conn.exec_driver_sql("PRAGMA secure_delete=OFF")
