@@ -12,6 +12,7 @@ import pytest
 
 from memory_bridge.lifecycle import import_lines
 from memory_bridge.lifecycle.import_lines import ImportRefused, stage
+from memory_bridge.lifecycle.transfer import UnknownClass, parse_classes
 
 HEADER = {"format": "memory-bridge.export", "version": 1, "install": "x", "events": 2}
 TURN = {
@@ -115,3 +116,10 @@ async def test_a_line_over_the_bound_is_refused_before_it_is_held(
     with pytest.raises(ImportRefused) as refused:
         await stage(chunks(), tmp_path)
     assert refused.value.line == 2 and "longer than 1000 bytes" in refused.value.message
+
+
+def test_content_classes_are_named_exactly() -> None:
+    assert parse_classes("sessions, curated,,") == ("curated", "sessions")
+    assert parse_classes("") == () and parse_classes(None) == ()
+    with pytest.raises(UnknownClass, match="'secrets'"):
+        parse_classes("curated,secrets")
