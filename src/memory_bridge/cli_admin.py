@@ -250,11 +250,11 @@ def _run(url: str | None, token_file: Path | None, work: Callable[[Admin], Await
         if url:
             from memory_bridge.cli_admin_backends import RemoteAdmin
 
-            async with RemoteAdmin(url, _admin_token(token_file)) as remote:
+            async with RemoteAdmin(url, admin_token_from(token_file)) as remote:
                 return await work(remote)
         from memory_bridge.cli_admin_backends import LocalAdmin
 
-        async with LocalAdmin(_initialised_settings()) as local:
+        async with LocalAdmin(initialised_settings()) as local:
             return await work(local)
 
     try:
@@ -265,7 +265,7 @@ def _run(url: str | None, token_file: Path | None, work: Callable[[Admin], Await
         raise _fail(f"could not reach {url} ({type(exc).__name__})") from None
 
 
-def _admin_token(token_file: Path | None) -> str:
+def admin_token_from(token_file: Path | None) -> str:
     if token_file is not None:
         return token_file.read_text().strip()
     if secret := os.environ.get(ADMIN_TOKEN_ENV, "").strip():
@@ -276,7 +276,7 @@ def _admin_token(token_file: Path | None) -> str:
     raise _fail(f"--url needs the admin token: --admin-token-file or ${ADMIN_TOKEN_ENV}")
 
 
-def _initialised_settings() -> Settings:
+def initialised_settings() -> Settings:
     from memory_bridge.cli import SENTINEL_DONE, SENTINEL_RUNNING
 
     settings = Settings()

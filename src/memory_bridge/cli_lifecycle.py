@@ -22,8 +22,8 @@ from memory_bridge.cli_admin import (
     CliError,
     TokenFileOption,
     UrlOption,
-    _admin_token,
-    _initialised_settings,
+    admin_token_from,
+    initialised_settings,
 )
 from memory_bridge.errors import ProxyError
 
@@ -189,7 +189,7 @@ def _sink(output: Path | None) -> AbstractContextManager[IO[bytes]]:
 def _run(url: str | None, token_file: Path | None, work: Callable[[Any], Awaitable[T]]) -> T:
     async def main() -> T:
         if url:
-            headers = {"Authorization": f"Bearer {_admin_token(token_file)}"}
+            headers = {"Authorization": f"Bearer {admin_token_from(token_file)}"}
             async with httpx.AsyncClient(
                 base_url=url.rstrip("/") + "/v1/admin",
                 headers=headers,
@@ -198,7 +198,7 @@ def _run(url: str | None, token_file: Path | None, work: Callable[[Any], Awaitab
                 return await work(_Remote(client))
         from memory_bridge.runtime import open_runtime
 
-        runtime = await open_runtime(_initialised_settings())
+        runtime = await open_runtime(initialised_settings())
         try:
             return await work(_Local(runtime))
         finally:

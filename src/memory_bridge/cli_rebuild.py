@@ -20,8 +20,8 @@ from memory_bridge.cli_admin import (
     CliError,
     TokenFileOption,
     UrlOption,
-    _admin_token,
-    _initialised_settings,
+    admin_token_from,
+    initialised_settings,
 )
 from memory_bridge.errors import ProxyError
 
@@ -81,7 +81,7 @@ async def _until_done(read: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str
 
 async def _follow(token: int, layer: str, url: str | None, token_file: Path | None) -> Any:
     if url:
-        headers = {"Authorization": f"Bearer {_admin_token(token_file)}"}
+        headers = {"Authorization": f"Bearer {admin_token_from(token_file)}"}
         async with httpx.AsyncClient(
             base_url=url.rstrip("/") + "/v1/admin", headers=headers, timeout=30.0
         ) as client:
@@ -101,7 +101,7 @@ async def _follow(token: int, layer: str, url: str | None, token_file: Path | No
     from memory_bridge.lifecycle.rebuild import reindex_state, start_rebuild
     from memory_bridge.runtime import open_runtime
 
-    runtime = await open_runtime(_initialised_settings())
+    runtime = await open_runtime(initialised_settings())
     worker = runtime.create_worker()
     try:
         await start_rebuild(runtime, token, layer)
