@@ -257,12 +257,24 @@ def _run(url: str | None, token_file: Path | None, work: Callable[[Admin], Await
         async with LocalAdmin(initialised_settings()) as local:
             return await work(local)
 
+    return run_command(main, url)
+
+
+def run_command(main: Callable[[], Awaitable[T]], url: str | None) -> T:
+    """Run one admin command's coroutine; what it may raise becomes a one-line error and
+    exit code 1 (never a traceback: an exception's text could be long or carry a path)."""
+
+    async def guarded() -> T:
+        return await main()
+
     try:
-        return asyncio.run(main())
+        return asyncio.run(guarded())
     except (ProxyError, CliError) as exc:
         raise _fail(str(exc)) from None
     except httpx.HTTPError as exc:
         raise _fail(f"could not reach {url} ({type(exc).__name__})") from None
+    except OSError as exc:
+        raise _fail(f"{exc.strerror or type(exc).__name__}: {exc.filename or ''}") from None
 
 
 def admin_token_from(token_file: Path | None) -> str:

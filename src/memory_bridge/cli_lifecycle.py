@@ -24,6 +24,7 @@ from memory_bridge.cli_admin import (
     UrlOption,
     admin_token_from,
     initialised_settings,
+    run_command,
 )
 from memory_bridge.errors import ProxyError
 
@@ -204,16 +205,4 @@ def _run(url: str | None, token_file: Path | None, work: Callable[[Any], Awaitab
         finally:
             await runtime.close()
 
-    try:
-        return asyncio.run(main())
-    except (ProxyError, CliError) as exc:
-        raise _fail(str(exc)) from None
-    except httpx.HTTPError as exc:
-        raise _fail(f"could not reach {url} ({type(exc).__name__})") from None
-    except OSError as exc:
-        raise _fail(f"{exc.strerror or type(exc).__name__}: {exc.filename or ''}") from None
-
-
-def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(1)
+    return run_command(main, url)
