@@ -111,10 +111,8 @@ def test_erasing_alice_leaves_no_trace_of_her_words(
     assert _files_holding(database.parent, KEPT)  # the scan finds what is there
     assert [p for p in _files_holding(database.parent, MARKER) if p.startswith(database.name)] == []
     assert _files_holding(data_dir / "vectors", MARKER) == []
-    # Nowhere else under the data directory either, but for Mem0's own history database, which
-    # keeps deleted facts' text (a known gap of the long-term layer, docs/operations.md).
-    elsewhere = _files_holding(data_dir, MARKER)
-    assert [p for p in elsewhere if not p.startswith("mem0/history/")] == []
+    # Nowhere else under the data directory either (Mem0's history is kept in memory).
+    assert _files_holding(data_dir, MARKER) == []
     assert _files_holding(data_dir / "vectors", KEPT)
     assert not [r for r in logs.records if MARKER in r.getMessage()]
 

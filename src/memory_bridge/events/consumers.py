@@ -61,4 +61,5 @@ def rebuild_exchange(
         attempt=job.attempts,
         resumed_step=job.step,
         progress=progress,
+        recorded_at=event.created_at.timestamp(),
     )

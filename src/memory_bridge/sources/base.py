@@ -88,6 +88,7 @@ class Exchange:
     attempt: int = 1
     resumed_step: str | None = None
     progress: JobStep | None = None
+    recorded_at: float | None = None  # when the turn's event was appended (epoch seconds)
 
     @property
     def user_texts(self) -> tuple[str, ...]:

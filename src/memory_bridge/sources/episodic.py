@@ -149,8 +149,10 @@ class EpisodicMemory:
         if spec is None:
             return
         plan = await self.plan(exchange.turn.scope.token_id, spec, fresh=True)
+        # The turn's recorded time, as a rebuild stamps it: order survives a rebuild or import.
+        created = exchange.recorded_at if exchange.recorded_at is not None else self._clock()
         async with asyncio.timeout(self._store_timeout):
-            await self.index_exchange(exchange, plan.writes, self._clock())
+            await self.index_exchange(exchange, plan.writes, created)
 
     def texts(self, exchange: Exchange) -> list[tuple[str, str]]:
         """(text, text in its context) of every message of the turn that is indexed."""

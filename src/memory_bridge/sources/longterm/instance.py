@@ -6,7 +6,7 @@ placeholder store, then given ours through its public attributes (docs/decisions
 
 1. `Memory.from_config` with the `qdrant` provider on qdrant-client's in-memory mode: no file,
    no thread, no network, one empty collection (measured: ~50 ms per build, most of it Mem0's
-   history SQLite and the provider clients; nothing written to disk);
+   in-memory history SQLite and the provider clients; nothing written to disk);
 2. `memory.vector_store` is set to an `EngineStore` on the token's shard, and the placeholder
    client is closed: it never holds a memory;
 3. Mem0's entity store (used only when spaCy is installed) is lazily built from the same
@@ -36,6 +36,7 @@ from memory_bridge.vectors.index import VectorEngine
 
 __all__ = ["build", "close"]
 
+HISTORY_IN_MEMORY = ":memory:"
 _lock = threading.Lock()
 _bridge_class: Any = None
 
@@ -57,7 +58,6 @@ def build(
     from memory_bridge.sources.longterm.mem0_store import EngineStore
 
     index = engine.index(spec.token_id, spec.model_id, spec.dims)
-    spec.history_path.parent.mkdir(parents=True, exist_ok=True)
     # The placeholder is asked for payload indexes, which its in-memory mode ignores.
     warnings.filterwarnings("ignore", "Payload indexes have no effect", UserWarning)
     placeholder = QdrantClient(location=":memory:")
@@ -72,7 +72,10 @@ def build(
         },
         "llm": copy.deepcopy(spec.llm),
         "embedder": copy.deepcopy(embedder.embedder_block(spec)),
-        "history_db_path": str(spec.history_path),
+        # Mem0's history (every fact's old and new text, and recent messages) stays in memory:
+        # the longterm.* events already record each change, and a file would keep an erased
+        # user's words on disk (docs/decisions.md). One connection, shared across threads.
+        "history_db_path": HISTORY_IN_MEMORY,
     }
     try:
         memory = memory_class.from_config(config)
