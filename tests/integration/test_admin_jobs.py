@@ -195,7 +195,9 @@ def test_an_unknown_add_needs_attention_and_a_retry_replays_it(
     assert added_texts(gateway) == ["remember the blue door", "and the red window"]
 
     # A done job cannot be retried (409), nor can anything of a token that does not exist.
-    (done_id,) = [r[0] for r in db_rows(proxy, "select id from jobs where status = 'done'")]
+    # (Each turn also has an episodic job: every token indexes its conversation.)
+    done = "select id from jobs where status = 'done' and consumer = 'gateway'"
+    (done_id,) = [r[0] for r in db_rows(proxy, done)]
     conflict = proxy.admin("POST", f"/tokens/{token_id}/jobs/{done_id}/retry")
     assert conflict.status_code == 409, conflict.text
     assert conflict.json()["error"]["type"] == "conflict_error"
