@@ -36,7 +36,7 @@ def register(cli: typer.Typer) -> None:
 def rebuild_command(
     token: Annotated[int, typer.Option("--token", min=1, help="The token's id.")],
     layer: Annotated[
-        str, typer.Option(help="episodic, longterm (not available yet) or all.")
+        str, typer.Option(help="episodic, longterm (Mem0's facts, no LLM call) or all.")
     ] = "episodic",
     url: UrlOption = None,
     admin_token_file: TokenFileOption = None,
@@ -44,38 +44,41 @@ def rebuild_command(
     """Rebuild a token's vectors from the event log into a new shard, then switch to it."""
     if layer not in ("episodic", "longterm", "all"):
         _fail(f"unknown layer {layer!r}: episodic, longterm or all")
-    # `all` is the episodic layer until the long-term one can be rebuilt (it says why not).
-    wanted = "episodic" if layer == "all" else layer
     try:
-        state = asyncio.run(_follow(token, wanted, url, admin_token_file))
+        states = asyncio.run(_follow(token, layer, url, admin_token_file))
     except (ProxyError, CliError) as exc:
         _fail(str(exc))
     except httpx.HTTPError as exc:
         _fail(f"could not reach {url} ({type(exc).__name__})")
     typer.echo("", err=True)
-    if state.get("state") == "failed":
-        _fail(f"the rebuild failed: {state.get('error')}")
-    active = state.get("active") or {}
-    typer.echo(
-        f"Token {token}: {state.get('done', 0)} turn(s) rebuilt into {active.get('model')} "
-        f"({active.get('dims')} dims)."
-    )
+    for name, state in states.items():
+        if state.get("state") == "failed":
+            _fail(f"the {name} rebuild failed: {state.get('error')}")
+        active = state.get("active") or {}
+        what = "turn(s)" if name == "episodic" else "fact event(s)"
+        typer.echo(
+            f"Token {token}: {name}: {state.get('done', 0)} {what} rebuilt into "
+            f"{active.get('model')} ({active.get('dims')} dims)."
+        )
 
 
-def _progress(state: dict[str, Any]) -> None:
-    typer.echo(
-        f"\rrebuild: {state.get('state')} {state.get('done', 0)}/{state.get('total', 0)}",
-        err=True,
-        nl=False,
-    )
+def _progress(states: dict[str, dict[str, Any]]) -> None:
+    parts = [
+        f"{name} {s.get('state')} {s.get('done', 0)}/{s.get('total', 0)}"
+        for name, s in states.items()
+    ]
+    typer.echo("\rrebuild: " + ", ".join(parts), err=True, nl=False)
 
 
-async def _until_done(read: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
+async def _until_done(
+    read: Callable[[], Awaitable[dict[str, Any]]], layers: list[str]
+) -> dict[str, dict[str, Any]]:
     while True:
-        state = await read()
-        _progress(state)
-        if state.get("state") != "running":
-            return state
+        found = await read()
+        states = {name: dict(found.get(name) or {}) for name in layers}
+        _progress(states)
+        if all(s.get("state") != "running" for s in states.values()):
+            return states
         await asyncio.sleep(POLL)
 
 
@@ -88,30 +91,32 @@ async def _follow(token: int, layer: str, url: str | None, token_file: Path | No
             started = await client.post(f"/tokens/{token}/rebuild", params={"layer": layer})
             if not started.is_success:
                 raise _remote_error(started)
+            layers = [layer] if layer != "all" else list(started.json()["layers"])
 
             async def read_remote() -> dict[str, Any]:
                 reply = await client.get(f"/tokens/{token}/rebuild")
                 if not reply.is_success:
                     raise _remote_error(reply)
-                found: dict[str, Any] = reply.json()["layers"].get(layer, {})
+                found: dict[str, Any] = reply.json()["layers"]
                 return found
 
-            return await _until_done(read_remote)
+            return await _until_done(read_remote, layers)
 
-    from memory_bridge.lifecycle.rebuild import reindex_state, start_rebuild
+    from memory_bridge.lifecycle.rebuild import layers_of, reindex_state, start_rebuild
     from memory_bridge.runtime import open_runtime
 
     runtime = await open_runtime(initialised_settings())
     worker = runtime.create_worker()
     try:
-        await start_rebuild(runtime, token, layer)
+        layers = await layers_of(runtime, token, layer)
+        for name in layers:
+            await start_rebuild(runtime, token, name)
         worker.start()
 
         async def read_local() -> dict[str, Any]:
-            found = await reindex_state(runtime, token) or {}
-            return dict(found.get(layer, {}))
+            return await reindex_state(runtime, token) or {}
 
-        return await _until_done(read_local)
+        return await _until_done(read_local, layers)
     finally:
         await worker.stop(runtime.settings.background_drain_timeout)
         await runtime.close()

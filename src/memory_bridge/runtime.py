@@ -178,6 +178,7 @@ async def open_runtime(settings: Settings) -> Runtime:
     vector_threads = BlockingExecutor(settings.memory_threads, "vectors")
     cipher = load_cipher(settings)
     generations = Generations(db, cipher, settings.token_cache_ttl)
+    longterm.use_generations(generations)  # Mem0 on its layer's active shard generation
     episodic = EpisodicMemory(
         vectors,
         Embedders(client, vector_threads),

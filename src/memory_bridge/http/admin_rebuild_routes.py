@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 
 from memory_bridge.http.admin_schemas import ADMIN_BEARER, TokenId, error_responses
 from memory_bridge.http.auth import require_admin
-from memory_bridge.lifecycle.rebuild import reindex_state, start_rebuild
+from memory_bridge.lifecycle.rebuild import layers_of, reindex_state, start_rebuild
 from memory_bridge.runtime import Runtime
 from memory_bridge.token_admin import not_found
 
@@ -23,7 +23,7 @@ router = APIRouter(
     dependencies=[Depends(require_admin), ADMIN_BEARER],
     responses=error_responses(),
 )
-Layer = Literal["episodic", "longterm"]
+Layer = Literal["episodic", "longterm", "all"]
 
 
 class Shard(BaseModel):
@@ -35,9 +35,11 @@ class LayerRebuild(BaseModel):
     state: Literal["idle", "running", "failed"] = Field(
         description="running: a rebuild fills `target` while recall reads `active`."
     )
-    reason: str | None = Field(description="rebuild (asked for) or reembed (embedder changed).")
-    done: int = Field(description="Turns replayed into the target so far.")
-    total: int = Field(description="Turns in the log when the rebuild (re)started.")
+    reason: str | None = Field(
+        description="rebuild (asked for), reembed (embedder changed) or import (facts imported)."
+    )
+    done: int = Field(description="Turns (episodic) or fact events (longterm) replayed so far.")
+    total: int = Field(description="Of those in the log when the rebuild (re)started.")
     active: Shard
     target: Shard | None
     error: str | None
@@ -62,14 +64,17 @@ async def _state(runtime: Runtime, token_id: int) -> dict[str, Any]:
 async def start(
     request: Request,
     token_id: TokenId,
-    layer: Annotated[Layer, Query(description="The layer to rebuild.")] = "episodic",
+    layer: Annotated[Layer, Query(description="The layer to rebuild (all: both).")] = "episodic",
 ) -> dict[str, Any]:
     """Rebuild the layer's vectors from the event log into a new shard, then switch to it
-    (recall reads the old shard until then; the old one is dropped after). 409 while one
-    runs, or for the long-term layer (not available yet)."""
+    (recall reads the old shard until then; the old one is dropped after). The long-term
+    layer's facts are re-embedded from their `longterm.*` events: no memory LLM call. 409
+    while one runs, or when the token has no such layer (`all`: the layers it has)."""
     runtime: Runtime = request.app.state.runtime
     worker = request.app.state.worker
-    await start_rebuild(runtime, token_id, layer, wake=worker.wake if worker else None)
+    wake = worker.wake if worker else None
+    for name in await layers_of(runtime, token_id, layer):
+        await start_rebuild(runtime, token_id, name, wake=wake)
     return await _state(runtime, token_id)
 
 

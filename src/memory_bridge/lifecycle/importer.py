@@ -11,9 +11,10 @@ Aggregates are the target token's: each is recomputed from the payload (`user`, 
 `kind`) and the events are versioned after whatever the aggregate already holds. A long-term
 fact gets a derived id too (two tokens sharing a vector collection never share a point id).
 
-After the commit, only episodic memory is indexed anew (one job per imported turn, the job a
-turn of the token would get): the import never re-runs the memory LLM over old turns (cost,
-and different facts) and never sends history to the target's Memory Gateway.
+After the commit, episodic memory is indexed anew (one job per imported turn, the job a turn of
+the token would get), and imported long-term facts start the long-term rebuild, which embeds
+their texts into the token's Mem0 shard: the import never re-runs the memory LLM over old turns
+(cost, and different facts) and never sends history to the target's Memory Gateway.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ from memory_bridge.events.model import (
 )
 from memory_bridge.events.projections import project
 from memory_bridge.lifecycle.import_lines import ImportEvent, Staged
+from memory_bridge.lifecycle.rebuild import start_rebuild
+from memory_bridge.lifecycle.rebuild_longterm import FACT_TYPES
+from memory_bridge.sources.vector_generations import LONGTERM
 from memory_bridge.storage.tables import memory_events
 from memory_bridge.turn import Scope
 
@@ -91,6 +95,11 @@ async def import_staged(
 
     result = await event_log.write_appending(runtime.db, work, attempts=3)
     runtime.curated.forget(token_id)
+    facts = any(result.counts.get(t) for t in FACT_TYPES)
+    if facts and config is not None and runtime.longterm.consumes(config):
+        # The imported facts reach Mem0 by the long-term rebuild: re-embedded from their
+        # events, no LLM call (it replaces a rebuild under way, which would miss them).
+        await start_rebuild(runtime, token_id, LONGTERM, reason=AUDIT_TYPE)
     header = staged.header
     data = {
         **result.as_json(),

@@ -12,6 +12,9 @@ other processes' cache of the active shard expires first).
 
 A re-embed is the same rebuild into a shard of the token's NEW embedder, started when a PATCH
 changes it (`lifecycle.reembed`); until the switch, queries use the old embedder's sealed spec.
+
+The long-term layer (Mem0's facts) is rebuilt the same way from its `longterm.*` events, with
+no LLM call (`lifecycle.rebuild_longterm`).
 """
 
 from __future__ import annotations
@@ -30,8 +33,11 @@ from memory_bridge.events import queue
 from memory_bridge.events.consumers import rebuild_exchange
 from memory_bridge.events.model import EventType, NewEvent, StoredEvent, index_aggregate
 from memory_bridge.events.queue import Job
+from memory_bridge.lifecycle.rebuild_longterm import run_longterm
 from memory_bridge.sources.base import JobStep, PermanentFailure
 from memory_bridge.sources.embedder import EmbedderSpec
+from memory_bridge.sources.longterm import config as mem0_config
+from memory_bridge.sources.longterm.shards import instance_fields, resolve
 from memory_bridge.sources.vector_generations import (
     EPISODIC,
     LONGTERM,
@@ -56,6 +62,7 @@ log = logging.getLogger(__name__)
 
 REBUILD = "rebuild"  # the job queue's consumer name
 LAYERS = (EPISODIC, LONGTERM)
+ALL = "all"
 PAGE = 200  # events per checkpoint
 _REPLAYED = (
     EventType.SESSION_APPENDED.value,
@@ -80,18 +87,14 @@ async def start_rebuild(
     old_spec: EmbedderSpec | None = None,
     new_config: TokenConfig | None = None,
     wake: Callable[[], None] | None = None,
+    old_config: TokenConfig | None = None,
 ) -> Generation:
     """Record a rebuild of the token's `layer` as a job; 409 if one is already running
     (a re-embed replaces a running one: the embedder changed again). A re-embed is started
     before the new config (`new_config`) is stored, so recall never sees the new embedder
     without the generation that keeps it on the old shard."""
     if layer == LONGTERM:
-        raise ProxyError(
-            409,
-            "conflict_error",
-            "Rebuilding the long-term layer is not available yet (its facts are not in the "
-            "vector engine's generations); rebuild the episodic layer.",
-        )
+        return await _start_longterm(runtime, token_id, reason, old_config, new_config, wake)
     if layer != EPISODIC:
         raise ProxyError(400, "invalid_request_error", f"Unknown layer {layer!r}.")
     episodic, generations = _episodic_parts(runtime)
@@ -118,7 +121,8 @@ async def start_rebuild(
             conn,
             token_id,
             layer,
-            active=active,
+            active_model=active.model_id,
+            active_dims=active.dims,
             sealed_embedder=sealed,
             target_model_id=current.model_id,
             target_dims=current.dims,
@@ -134,12 +138,96 @@ async def start_rebuild(
     return started
 
 
+async def _start_longterm(
+    runtime: Runtime,
+    token_id: int,
+    reason: str,
+    old_config: TokenConfig | None,
+    new_config: TokenConfig | None,
+    wake: Callable[[], None] | None,
+) -> Generation:
+    """The long-term layer's rebuild (`lifecycle.rebuild_longterm`): its target is a new
+    generation of the token's Mem0 shard. A re-embed (`old_config`) keeps the old config's
+    instance fields sealed in the row, so Mem0 stays on the old embedder and shard until the
+    switch (`sources.longterm.shards`)."""
+    generations = runtime.generations
+    if generations is None:
+        raise ProxyError(409, "conflict_error", "Rebuilds are not available on this install.")
+    record = await runtime.tokens.get(token_id)
+    if record is None:
+        raise ProxyError(404, "not_found_error", f"No token with id {token_id}.")
+    config = new_config or record.config
+    if config is None or not mem0_config.enabled(config):
+        raise ProxyError(409, "conflict_error", "The token has no long-term memory.")
+    mem0_dir = runtime.longterm.pool.mem0_dir
+    try:
+        current = mem0_config.build_spec(token_id, config, mem0_dir)
+    except mem0_config.Mem0ConfigError as exc:
+        raise ProxyError(409, "conflict_error", f"The token's long-term memory: {exc}") from exc
+    aggregate = index_aggregate(token_id, LONGTERM)
+
+    def work(conn: Connection) -> Generation:
+        row = read_row(conn, token_id, LONGTERM)
+        if row is not None and row.state == RUNNING and reason == "rebuild":
+            raise ProxyError(409, "conflict_error", "A rebuild of this layer is already running.")
+        basis = old_config or config
+        active = resolve(row, token_id, basis, mem0_dir, generations.unseal_data)
+        sealed = active.sealed
+        if old_config is not None and sealed is None:
+            sealed = generations.seal_data(instance_fields(old_config))
+        payload = {"layer": LONGTERM, "reason": reason, "model": current.model_id}
+        event = NewEvent(EventType.INDEX_REBUILD_REQUESTED, aggregate, payload)
+        event_log.append(conn, token_id, [event])
+        queue.enqueue(conn, event.event_id, token_id, aggregate, [REBUILD])
+        return start_row(
+            conn,
+            token_id,
+            LONGTERM,
+            active_model=active.spec.model_id,
+            active_dims=active.spec.dims,
+            sealed_embedder=sealed,
+            target_model_id=current.model_id,
+            target_dims=current.dims,
+            reason=reason,
+            event_id=event.event_id,
+        )
+
+    started = await event_log.write_appending(runtime.db, work)
+    generations.invalidate(token_id)
+    runtime.longterm.pool.invalidate(token_id)
+    log.info("token %d: %s of the longterm layer started", token_id, reason)
+    if wake is not None:
+        wake()
+    return started
+
+
+async def layers_of(runtime: Runtime, token_id: int, layer: str) -> list[str]:
+    """The layers `layer` names: itself, or for `all` those the token has (404: no token)."""
+    if layer != ALL:
+        return [layer]
+    record = await runtime.tokens.get(token_id)
+    if record is None:
+        raise ProxyError(404, "not_found_error", f"No token with id {token_id}.")
+    wanted = []
+    if runtime.episodic is not None and runtime.settings.episodic_memory:
+        wanted.append(EPISODIC)
+    if record.config is not None and mem0_config.enabled(record.config):
+        wanted.append(LONGTERM)
+    if not wanted:
+        raise ProxyError(409, "conflict_error", "The token has no layer to rebuild.")
+    return wanted
+
+
 async def reindex_state(runtime: Runtime, token_id: int) -> dict[str, Any] | None:
     """The token's rebuild state per layer, for its admin detail (None: never rebuilt)."""
     if runtime.generations is None:
         return None
-    row = await runtime.generations.get(token_id, EPISODIC, fresh=True)
-    return None if row is None else {EPISODIC: row.reindex()}
+    out: dict[str, Any] = {}
+    for layer in LAYERS:
+        row = await runtime.generations.get(token_id, layer, fresh=True)
+        if row is not None:
+            out[layer] = row.reindex()
+    return out or None
 
 
 class Rebuilder:
@@ -155,8 +243,11 @@ class Rebuilder:
         self._grace = runtime.settings.token_cache_ttl + 1.0 if grace is None else grace
 
     async def run(self, job: Job, event: StoredEvent, progress: JobStep) -> None:
+        if event.payload.get("layer") == LONGTERM:
+            await run_longterm(self._runtime, job, event, progress, self._grace)
+            return
         if event.payload.get("layer") != EPISODIC:
-            raise PermanentFailure("only the episodic layer can be rebuilt")
+            raise PermanentFailure(f"unknown layer {event.payload.get('layer')!r}")
         runtime = self._runtime
         episodic, generations = _episodic_parts(runtime)
         token_id = event.token_id

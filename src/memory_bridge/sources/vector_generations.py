@@ -103,7 +103,8 @@ def start(
     token_id: int,
     layer: str,
     *,
-    active: ShardTarget,
+    active_model: str,
+    active_dims: int,
     sealed_embedder: str | None,
     target_model_id: str,
     target_dims: int,
@@ -116,8 +117,8 @@ def start(
     # (its shard may still hold points).
     generation = (current.generation if current else 0) + 1
     values: dict[str, Any] = {
-        "active_model": active.model_id,
-        "active_dims": active.dims,
+        "active_model": active_model,
+        "active_dims": active_dims,
         "embedder": sealed_embedder,
         "generation": generation,
         "state": RUNNING,
@@ -228,6 +229,16 @@ class Generations:
 
     def unseal(self, sealed: str) -> EmbedderSpec:
         return EmbedderSpec.from_json(self._cipher.open(json.loads(sealed)))
+
+    def seal_data(self, data: dict[str, Any]) -> str:
+        """Any config-shaped data (the long-term layer's instance fields), its keys sealed."""
+        return json.dumps(self._cipher.seal(data), separators=(",", ":"))
+
+    def unseal_data(self, sealed: str) -> dict[str, Any]:
+        found = self._cipher.open(json.loads(sealed))
+        if not isinstance(found, dict):
+            raise ValueError("sealed data is not an object")
+        return found
 
     async def purge(self, token_id: int) -> None:
         await self._db.write(lambda conn: purge(conn, token_id))

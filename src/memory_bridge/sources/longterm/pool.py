@@ -215,6 +215,19 @@ class Mem0Pool:
             log.info("token %d: vector storage purged (%d shard(s))", token_id, dropped)
         return dropped
 
+    # ---- instances the pool does not keep (a rebuild's) -----------------------------
+
+    async def detached(self, spec: Mem0Spec) -> Any:
+        """A Mem0 instance bound to `spec`'s shard that recall never uses (a rebuild fills a
+        new generation through it); run calls with `on_detached`, end with `close_detached`."""
+        return await self._run(spec.secrets, lambda: self._construct(spec))
+
+    async def on_detached(self, spec: Mem0Spec, memory: Any, fn: Callable[[Any], T]) -> T:
+        return await self._run(spec.secrets, lambda: fn(memory))
+
+    def close_detached(self, memory: Any) -> None:
+        self._executor.submit_detached(lambda: instance.close(memory))
+
     # ---- instances ----------------------------------------------------------------
 
     def invalidate(self, token_id: int) -> None:

@@ -23,6 +23,8 @@ from memory_bridge.sources.longterm import config as mem0_config
 from memory_bridge.sources.longterm.events import FactLog
 from memory_bridge.sources.longterm.points import EVENT_ID_KEY, StoredMemory
 from memory_bridge.sources.longterm.pool import Mem0Pool
+from memory_bridge.sources.longterm.shards import resolve
+from memory_bridge.sources.vector_generations import LONGTERM, Generations
 from memory_bridge.tenancy.config import TokenConfig, config_secrets
 from memory_bridge.tenancy.secrets import scrub
 from memory_bridge.turn import Turn
@@ -61,6 +63,11 @@ class LongTermMemory:
         self._add_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = (
             weakref.WeakValueDictionary()
         )
+        self._generations: Generations | None = None
+
+    def use_generations(self, generations: Generations) -> None:
+        """Bind Mem0 to the active generation of the token's long-term shard (`shards`)."""
+        self._generations = generations
 
     def consumes(self, config: TokenConfig) -> bool:
         return mem0_config.enabled(config)
@@ -72,8 +79,8 @@ class LongTermMemory:
         ns = mem0_config.namespace(turn.scope.token_id, turn.scope.user)
         secrets = config_secrets(config)
         try:
-            spec = self._spec(turn.scope.token_id, config)
             async with asyncio.timeout(self._search_timeout):
+                spec = await self._spec(turn.scope.token_id, config)
                 found = await self.pool.search(
                     spec, ns, turn.query[:MAX_QUERY_CHARS], config.memory_limit
                 )
@@ -102,7 +109,7 @@ class LongTermMemory:
             return
         messages = [{"role": "user", "content": text[:MAX_STORED_CHARS]} for text in users]
         messages.append({"role": "assistant", "content": reply.content[:MAX_STORED_CHARS]})
-        spec = self._spec(turn.scope.token_id, config)
+        spec = await self._spec(turn.scope.token_id, config, fresh=True)
         ns = mem0_config.namespace(turn.scope.token_id, turn.scope.user)
         lock = self._add_locks.get(ns)
         if lock is None:
@@ -156,7 +163,7 @@ class LongTermMemory:
     async def list_memories(
         self, token_id: int, config: TokenConfig, user: str | None
     ) -> list[StoredMemory]:
-        spec = self._spec(token_id, config)
+        spec = await self._spec(token_id, config)
         ns = None if user is None else mem0_config.namespace(token_id, user)
         async with asyncio.timeout(self._search_timeout):
             return await self.pool.list_memories(spec, ns)
@@ -164,18 +171,18 @@ class LongTermMemory:
     async def search(
         self, token_id: int, config: TokenConfig, query: str, user: str | None, limit: int
     ) -> list[StoredMemory]:
-        spec = self._spec(token_id, config)
+        spec = await self._spec(token_id, config)
         ns = None if user is None else mem0_config.namespace(token_id, user)
         async with asyncio.timeout(self._search_timeout):
             return await self.pool.search(spec, ns, query[:MAX_QUERY_CHARS], limit)
 
     async def get(self, token_id: int, config: TokenConfig, memory_id: str) -> StoredMemory | None:
-        spec = self._spec(token_id, config)
+        spec = await self._spec(token_id, config)
         async with asyncio.timeout(self._search_timeout):
             return await self.pool.get(spec, memory_id)
 
     async def delete(self, token_id: int, config: TokenConfig, memory_id: str) -> bool:
-        spec = self._spec(token_id, config)
+        spec = await self._spec(token_id, config)
         async with asyncio.timeout(self._store_timeout):
             deleted = await self.pool.delete(spec, memory_id)
             if deleted is not None:
@@ -185,7 +192,7 @@ class LongTermMemory:
     async def delete_all(self, token_id: int, config: TokenConfig, user: str | None) -> None:
         """One end user's memories (`user=""`: the token-wide ones), or, with `user=None`,
         every long-term memory of the token's current embedding space (the token stays)."""
-        spec = self._spec(token_id, config)
+        spec = await self._spec(token_id, config)
         async with asyncio.timeout(self._store_timeout):
             if user is None:
                 gone = await self.pool.clear(spec)
@@ -194,10 +201,18 @@ class LongTermMemory:
                 gone = await self.pool.delete_namespace(spec, ns)
             await self.facts.deleted(token_id, gone, "admin")
 
-    def _spec(self, token_id: int, config: TokenConfig) -> mem0_config.Mem0Spec:
+    async def _spec(
+        self, token_id: int, config: TokenConfig, *, fresh: bool = False
+    ) -> mem0_config.Mem0Spec:
+        """The token's spec, bound to its active long-term shard (`fresh`: the generation row
+        read afresh, as writes do, so none misses a switch made by another process)."""
         if not mem0_config.enabled(config):
             raise LayerOff
-        return mem0_config.build_spec(token_id, config, self.pool.mem0_dir)
+        if self._generations is None:
+            return mem0_config.build_spec(token_id, config, self.pool.mem0_dir)
+        row = await self._generations.get(token_id, LONGTERM, fresh=fresh)
+        unseal = self._generations.unseal_data
+        return resolve(row, token_id, config, self.pool.mem0_dir, unseal).spec
 
 
 def _written(lock: asyncio.Lock, task: asyncio.Task[int]) -> None:
