@@ -12,12 +12,14 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.fakes.upstream import FakeUpstream, Scenario
+from tests.fakes.upstream import FakeUpstream, Scenario, extract_user_facts
 from tests.integration.longterm_support import (
     EMBED_KEY,
     MEMORY_LLM_KEY,
     forwarded_recall,
+    memories,
     memory_fields,
+    wait_for_memory,
     wait_until,
 )
 from tests.support.proxy import UPSTREAM_KEY, Proxy, start_proxy
@@ -38,6 +40,11 @@ def served(
 
 def _no_facts(_: list[str]) -> Scenario:
     return Scenario(content=json.dumps({"memory": []}))
+
+
+def _kayak_fact(texts: list[str]) -> Scenario:
+    """One long-term fact, from one turn only (the rest of the test is about episodic)."""
+    return extract_user_facts([t for t in texts if "kayak" in t])
 
 
 def _say(proxy: Proxy, token: str, text: str, session: str, user: str = "ada") -> Any:
@@ -81,7 +88,7 @@ def test_export_then_import_gives_the_same_recall(
     served: Proxy, upstream: FakeUpstream, database_url: str
 ) -> None:
     proxy = served
-    upstream.memory_responder = _no_facts
+    upstream.memory_responder = _kayak_fact
     fields = memory_fields(proxy.upstream_url, embed_body={"model": "bow-words"})
     a_id, a = proxy.create_token(name="a", **fields)
     b_id, b = proxy.create_token(name="b", **fields)
@@ -93,6 +100,8 @@ def test_export_then_import_gives_the_same_recall(
     _say(proxy, a, "Write to me at ada.lovelace@example.com", "tuesday")
     _say(proxy, a, "I like chess", "monday", user="bob")
     wait_until(_indexed(proxy, a_id), what="A's episodic jobs")
+    wait_for_memory(proxy, a_id, "I bought a red kayak", "ada")
+    upstream.memory_responder = _no_facts
 
     # Classes are opt-in: no include, the header alone (saying what there would be).
     _, header_only = _export(proxy, a_id)
@@ -133,6 +142,7 @@ def test_export_then_import_gives_the_same_recall(
     turns = sum(1 for e in full[1:] if e["type"] == "session.appended")
     assert first.json()["imported"] == events and first.json()["skipped"] == 0
     assert first.json()["jobs"] == {"episodic": turns}
+    assert first.json()["counts"]["longterm.retained"] == 1
     again = _import(proxy, b_id, text).json()
     assert (again["imported"], again["skipped"]) == (0, events)
     # Importing A's export back into A brings nothing twice either.
@@ -143,6 +153,12 @@ def test_export_then_import_gives_the_same_recall(
     assert sessions_a == sessions_b and len(sessions_a) == 3
     assert proxy.admin("GET", f"/tokens/{b_id}/curated/memory").text == curated
     wait_until(_indexed(proxy, b_id), what="B's episodic jobs")
+    # A's long-term fact reaches B's Mem0 store by the long-term rebuild (no LLM call), under
+    # an id of B's own.
+    wait_for_memory(proxy, b_id, "I bought a red kayak", "ada")
+    (fact_a,) = memories(proxy, a_id, "ada")
+    (fact_b,) = memories(proxy, b_id, "ada")
+    assert fact_b["id"] != fact_a["id"]
 
     # The same question on A and on B: the same memory reaches the upstream. (Episodic points
     # take their recency from when they were indexed, so items of equal relevance may trade

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -82,6 +83,11 @@ def test_instances_are_lazy_share_the_engine_and_patch_rebuilds(
     assert "My cat is called Tom" in memory_block(forwarded_recall(upstream))
 
 
+def _longterm_state(proxy: Any, token_id: int) -> Any:
+    layers = proxy.admin("GET", f"/tokens/{token_id}/rebuild").json()["layers"]
+    return layers.get("longterm", {}).get("state")
+
+
 def test_new_embedding_space_gets_its_own_shard_and_purge_drops_all(
     running: Running, upstream: FakeUpstream
 ) -> None:
@@ -95,12 +101,14 @@ def test_new_embedding_space_gets_its_own_shard_and_purge_drops_all(
 
     reply = proxy.admin("PATCH", f"/tokens/{token_id}", json={"embed_dims": 24})
     assert reply.status_code == 200
-    # Vectors of another size (or model) are not comparable: a fresh shard, empty.
-    assert memory_texts(proxy, token_id) == set()
-    assert chat(proxy, token, "What car do I have?").status_code == 200
-    assert memory_block(forwarded_recall(upstream)) == []
+    # Vectors of another size (or model) are not comparable: the facts are re-embedded from
+    # their events into a shard of their own (tests/integration/test_rebuild_longterm.py).
     model = "mem0:bow-embed"
-    assert running.shards(token_id) == [(token_id, model, 16), (token_id, model, 24)]
+    wait_until(
+        lambda: (token_id, f"{model}@g1", 24) in running.shards(token_id), what="the re-embed"
+    )
+    wait_until(lambda: _longterm_state(proxy, token_id) == "idle", what="the switch")
+    assert memory_texts(proxy, token_id) == {"My car is a red Volvo"}
     assert not _history_file(running, token_id).exists()  # Mem0's history is in memory
 
     # Without purge the data stays; with it, every shard of the token goes.

@@ -112,9 +112,9 @@ def test_a_token_without_embedder_recalls_and_a_rebuild_gives_the_same_recall(
     _say(proxy, token, "What kayak did I buy?", "ask-eve", user="eve")
     assert "kayak" not in forwarded_recall(upstream)
 
-    # A second rebuild while none runs is accepted; the long-term layer is refused clearly.
+    # A token without long-term memory: its long-term layer is refused clearly.
     refused = proxy.admin("POST", f"/tokens/{token_id}/rebuild?layer=longterm")
-    assert refused.status_code == 409 and "not available yet" in refused.text
+    assert refused.status_code == 409 and "no long-term memory" in refused.text
     assert proxy.admin("POST", "/tokens/999999/rebuild").status_code == 404
 
 
@@ -191,9 +191,10 @@ def test_the_rebuild_command_follows_a_running_server(
 
     result = CliRunner().invoke(cli, ["rebuild", "--token", str(token_id), "--url", proxy.url])
     assert result.exit_code == 0, result.output
-    assert f"Token {token_id}: 1 turn(s) rebuilt into none:bm25@g1 (0 dims)." in result.output
-    assert "rebuild: idle 1/1" in result.output
+    done = f"Token {token_id}: episodic: 1 turn(s) rebuilt into none:bm25@g1 (0 dims)."
+    assert done in result.output
+    assert "rebuild: episodic idle 1/1" in result.output
     refused = CliRunner().invoke(
         cli, ["rebuild", "--token", str(token_id), "--layer", "longterm", "--url", proxy.url]
     )
-    assert refused.exit_code == 1 and "not available yet" in refused.output
+    assert refused.exit_code == 1 and "no long-term memory" in refused.output
