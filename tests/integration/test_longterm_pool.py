@@ -250,3 +250,32 @@ async def test_end_users_of_one_token_stay_apart_under_concurrent_writes(
     assert await pool.list_memories(spec, mem0_config.namespace(1, "alice")) == []
     assert len(await pool.list_memories(spec, None)) == (len(users) - 1) * len(things)
     await pool.close_all(5)
+
+
+async def test_an_instance_is_replaced_after_its_write_budget_and_after_a_namespace_delete(
+    tmp_path: Path,
+    upstream_server: tuple[FakeUpstream, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Mem0's history lives in the instance's memory: bounded by replacing the instance after
+    so many writes, and dropped with it when an end user's memories are deleted."""
+    monkeypatch.setattr(pool_module, "MAX_WRITES_PER_INSTANCE", 3)
+    engine = EdgeEngine(tmp_path / "data")
+    pool, spec = _direct_pool(tmp_path, upstream_server[1], engine)
+    ns = mem0_config.namespace(1, "alice")
+    for n in range(2):
+        await pool.add_raw(spec, ns, [(f"alice fact {n}", {})])
+    first = pool.current(1)
+    await pool.add_raw(spec, ns, [("alice fact 2", {})])  # the third write retires it
+    assert pool.current(1) is None and pool.built == 1
+    found = await pool.search(spec, ns, "alice fact", 10)  # a new instance, same memories
+    assert len(found) == 3 and pool.current(1) is not first and pool.built == 2
+
+    second = pool.current(1)
+    await pool.delete_namespace(spec, ns)
+    assert pool.current(1) is None
+    assert await pool.list_memories(spec, ns) == []
+    await pool.search(spec, ns, "anything", 1)
+    assert pool.current(1) is not second and pool.built == 3
+    await pool.close_all(5)
+    engine.close()

@@ -12,6 +12,10 @@ everything outside this package sees `StoredMemory`, `FactChange` and plain stri
   engine belongs to the runtime, which closes it after the pool.
 - Memory writes (background adds) take at most `threads - 1` threads, so a recall never waits
   for a thread only because every thread is writing.
+- Mem0's own history lives in the instance's memory (`instance.build`): it grows with every
+  write, so an instance is replaced after `MAX_WRITES_PER_INSTANCE` writes (a build is ~50 ms,
+  paid by background work), and after a namespace is deleted (an erased user's text goes with
+  the old instance).
 """
 
 from __future__ import annotations
@@ -42,6 +46,8 @@ __all__ = ["Mem0Pool"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+# Bounds Mem0's in-memory history (its fact changes and last messages per session scope).
+MAX_WRITES_PER_INSTANCE = 500
 
 
 @dataclass(eq=False)
@@ -51,6 +57,7 @@ class _Entry:
     users: int = 0  # calls holding it (until their thread has finished)
     retired: bool = False
     closed: bool = False
+    writes: int = 0
 
 
 class Mem0Pool:
@@ -167,7 +174,10 @@ class Mem0Pool:
         return await self._call(spec, run)
 
     async def delete_namespace(self, spec: Mem0Spec, namespace: str) -> list[StoredMemory]:
-        return await self._call(spec, lambda memory: _delete_where(memory, spec, namespace))
+        try:
+            return await self._call(spec, lambda memory: _delete_where(memory, spec, namespace))
+        finally:
+            self.invalidate(spec.token_id)  # its history held the namespace's texts
 
     async def list_memories(self, spec: Mem0Spec, namespace: str | None) -> list[StoredMemory]:
         """Every memory of the token's current embedding space (or of one namespace), newest
@@ -235,6 +245,11 @@ class Mem0Pool:
         entry = self._entries.pop(token_id, None)
         if entry is not None:
             self._retire(entry)
+
+    def _drop(self, token_id: int, entry: _Entry) -> None:
+        if self._entries.get(token_id) is entry:
+            del self._entries[token_id]
+        self._retire(entry)
 
     def current(self, token_id: int) -> Any:
         """The token's current Mem0 instance, or None (diagnostics and tests)."""
@@ -337,6 +352,9 @@ class Mem0Pool:
         def finish() -> None:
             if writers is not None:
                 writers.release()
+                entry.writes += 1
+                if entry.writes >= MAX_WRITES_PER_INSTANCE and not entry.retired:
+                    self._drop(spec.token_id, entry)
             self._release(entry)
 
         return await self._run(spec.secrets, lambda: fn(memory), finish)
