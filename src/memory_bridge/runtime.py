@@ -93,7 +93,9 @@ def open_vector_engine(settings: Settings) -> VectorEngine:
         )
     from memory_bridge.vectors.edge import EdgeEngine
 
-    return EdgeEngine(settings.memory_bridge_data_dir)
+    return EdgeEngine(
+        settings.memory_bridge_data_dir, min_free_bytes=settings.vector_min_free_mb << 20
+    )
 
 
 @dataclass

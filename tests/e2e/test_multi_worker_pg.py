@@ -91,6 +91,9 @@ def setup(tmp_path: Path) -> Iterator[Setup]:
             JOB_POLL_SECONDS="0.2",
             JOB_CONCURRENCY="8",
             BACKGROUND_DRAIN_TIMEOUT="5",
+            # The jobs are the Gateway's, one per turn; the embedded vector engine belongs to
+            # one process, so episodic jobs need a Qdrant server with separate workers.
+            EPISODIC_MEMORY="false",
         )
         admin = init_data_dir(env, tmp_path)
         argv = [sys.executable, "-m", "memory_bridge", "serve", "--no-worker"]

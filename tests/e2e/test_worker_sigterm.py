@@ -116,7 +116,13 @@ class Setup:
 def setup(tmp_path: Path) -> Iterator[Setup]:
     gateway = FakeGateway()
     with LoopbackServer(gateway.app) as gw, start_bench_upstream(tmp_path) as upstream:
-        env = serve_env(tmp_path / "data", JOB_POLL_SECONDS="0.1", JOB_LEASE_SECONDS="120")
+        # Episodic memory off: these jobs are the Gateway's (at most once), one per turn.
+        env = serve_env(
+            tmp_path / "data",
+            JOB_POLL_SECONDS="0.1",
+            JOB_LEASE_SECONDS="120",
+            EPISODIC_MEMORY="false",
+        )
         admin = init_data_dir(env, tmp_path)
         argv = [sys.executable, "-m", "memory_bridge", "serve", "--no-worker"]
         with ServeProcess.start(env, tmp_path, name="serve", argv=argv) as server:

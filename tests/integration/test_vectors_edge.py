@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 from memory_bridge.vectors import (
     DimensionMismatch,
     IndexClosed,
+    NoRoom,
     VectorIndexError,
     Where,
     edge_optimize,
@@ -188,3 +190,24 @@ def test_a_shard_keeps_the_bm25_settings_it_was_made_with(
         assert index.hybrid_search(user="u1", query_dense=None, query_text="note")
     finally:
         changed.close()
+
+
+def test_a_nearly_full_disk_refuses_new_shards_and_writes_but_not_reads(tmp_path: Path) -> None:
+    """A write the file system cannot back would kill the process (SIGBUS on a mapped page):
+    below the free-space floor the engine refuses it with `NoRoom`, and reads go on."""
+    roomy = EdgeEngine(tmp_path)
+    _filled(roomy, 3).close()
+    roomy.close()
+    free = shutil.disk_usage(tmp_path).free
+    engine = EdgeEngine(tmp_path, min_free_bytes=free * 4)  # more than the disk has
+    try:
+        with pytest.raises(NoRoom):
+            engine.index(2, MODEL, DIMS)  # a new shard: nothing created
+        assert not (tmp_path / "vectors" / "t2").exists()
+        index = engine.index(1, MODEL, DIMS)  # an existing one opens
+        assert index.count() == 3
+        with pytest.raises(NoRoom):
+            index.upsert([point("one more", unit(0), event_id="e9")])
+        assert index.count() == 3
+    finally:
+        engine.close()

@@ -58,6 +58,8 @@ def serve_env(data_dir: Path, **extra: str) -> dict[str, str]:
         MEM0_TELEMETRY="False",
         HF_HUB_OFFLINE="1",
         TRANSFORMERS_OFFLINE="1",
+        # Episodic memory BM25-only unless a test asks for the local model (seconds to load).
+        EPISODIC_DEFAULT_EMBEDDER="none",
     )
     env.update(extra)
     return env

@@ -31,7 +31,14 @@ from memory_bridge.sources.embedder import SPARSE_ONLY, Embedders, EmbedderSpec,
 from memory_bridge.sources.vector_generations import Generations, ShardPlan, ShardTarget
 from memory_bridge.tenancy.config import TokenConfig
 from memory_bridge.turn import Turn
-from memory_bridge.vectors.index import PointPayload, VectorEngine, VectorIndex, VectorPoint, Where
+from memory_bridge.vectors.index import (
+    NoRoom,
+    PointPayload,
+    VectorEngine,
+    VectorIndex,
+    VectorPoint,
+    Where,
+)
 
 KIND = "episodic"
 # Candidates handed to the forge: more than it will keep, so ranking and dedup have a choice.
@@ -107,7 +114,11 @@ class EpisodicMemory:
         async with asyncio.timeout(self._search_timeout):
             shard = (await self.plan(turn.scope.token_id, spec, fresh=False)).read
             (vector,) = await self._embedders.embed(shard.spec, [query])
-            index = await self._index(turn.scope.token_id, shard)
+            try:
+                index = await self._index(turn.scope.token_id, shard)
+            except NoRoom:
+                # Only a shard not yet created is refused: it holds nothing to recall.
+                return Recall(source=self.name)
             hits = await self._executor.run(
                 lambda: index.hybrid_search(
                     user=user,

@@ -40,6 +40,7 @@ from memory_bridge.vectors.index import (
     DimensionMismatch,
     IndexClosed,
     IndexStats,
+    NoRoom,
     PointPayload,
     ShardKey,
     StoredPoint,
@@ -71,8 +72,10 @@ class EdgeEngine:
         *,
         bm25: Bm25Settings | None = None,
         optimize_timeout: float = 3600.0,
+        min_free_bytes: int = 0,
     ) -> None:
         self._root = Path(data_dir) / "vectors"
+        self._min_free = min_free_bytes
         self._bm25 = bm25 or Bm25Settings()
         self._optimize_timeout = optimize_timeout
         self._lock = threading.Lock()
@@ -87,7 +90,15 @@ class EdgeEngine:
             found = self._open.get(key)
             if found is None or found.closed:
                 home = self._root / f"t{token_id}" / shard_name(key)
-                found = EdgeIndex(home, key, self._bm25, optimize_timeout=self._optimize_timeout)
+                if not home.exists():
+                    ensure_room(self._root, self._min_free)
+                found = EdgeIndex(
+                    home,
+                    key,
+                    self._bm25,
+                    optimize_timeout=self._optimize_timeout,
+                    min_free_bytes=self._min_free,
+                )
                 self._open[key] = found
             return found
 
@@ -137,9 +148,16 @@ class EdgeEngine:
 
 class EdgeIndex(IndexBase):
     def __init__(
-        self, home: Path, key: ShardKey, bm25: Bm25Settings, *, optimize_timeout: float
+        self,
+        home: Path,
+        key: ShardKey,
+        bm25: Bm25Settings,
+        *,
+        optimize_timeout: float,
+        min_free_bytes: int = 0,
     ) -> None:
         self._home = home
+        self._min_free = min_free_bytes
         self._optimize_timeout = optimize_timeout
         self._write_lock = threading.Lock()
         self._read_lock = threading.Lock()
@@ -375,6 +393,7 @@ class EdgeIndex(IndexBase):
         return self._shard
 
     def _write(self, op: qe.UpdateOperation) -> None:
+        ensure_room(self._home, self._min_free)
         with self._write_lock:
             shard = self._live()
             try:
@@ -478,3 +497,16 @@ def _dense_of(vector: object) -> tuple[float, ...] | None:
         if isinstance(dense, list):
             return tuple(float(x) for x in dense)
     return None
+
+
+def ensure_room(path: Path, min_free: int) -> None:
+    """Raise `NoRoom` when the file system of `path` (or of its nearest existing parent) has
+    less than `min_free` bytes free for us."""
+    if min_free <= 0:
+        return
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    if free < min_free:
+        raise NoRoom(f"vector storage: {free >> 20} MiB free, below {min_free >> 20} MiB")

@@ -25,6 +25,7 @@ __all__ = [
     "IndexClosed",
     "IndexStats",
     "JSONValue",
+    "NoRoom",
     "PointPayload",
     "ShardKey",
     "StoredPoint",
@@ -54,6 +55,13 @@ class DimensionMismatch(VectorIndexError, ValueError):
 
 class IndexClosed(VectorIndexError):
     """The index (or its engine) was closed."""
+
+
+class NoRoom(VectorIndexError):
+    """The disk under the embedded engine is nearly full: nothing is created or written.
+
+    The engine maps its files into memory, and a write into a mapped page the file system
+    cannot back kills the whole process (SIGBUS) instead of raising: so writes stop early."""
 
 
 @dataclass(frozen=True, slots=True)
