@@ -91,8 +91,11 @@ def gw_url(gateway_server: tuple[FakeGateway, str]) -> str:
 def served(
     tmp_path: Path, upstream: FakeUpstream, upstream_server: tuple[FakeUpstream, str]
 ) -> Iterator[Served]:
-    """A proxy that can be drained (its background work awaited) or restarted on its data."""
-    served = Served(tmp_path / "data", upstream_server[1])
+    """A proxy that can be drained (its background work awaited) or restarted on its data.
+
+    The hybrid layer's tests (curated + Gateway) check the forwarded prompt to the byte:
+    episodic recall, on by default and tested on its own, is off here."""
+    served = Served(tmp_path / "data", upstream_server[1], episodic_memory=False)
     try:
         yield served
     finally:
