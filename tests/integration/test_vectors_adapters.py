@@ -453,3 +453,14 @@ def test_a_text_without_any_token_is_still_indexed_densely(engine: VectorEngine)
 
     hits = index.hybrid_search(user="u1", query_dense=unit(4), query_text="anything", limit=1)
     assert [(h.id, h.sparse_rank) for h in hits] == [(silent.id, None)]
+
+
+def test_existing_opens_a_created_shard_and_creates_none(engine: VectorEngine) -> None:
+    """The read path's way in: a shard never written is None, and asking creates nothing."""
+    assert engine.existing(7, MODEL, DIMS) is None
+    assert engine.shards(7) == []
+    index = engine.index(7, MODEL, DIMS)
+    index.upsert([point("kept", unit(1), event_id="e1")])
+    found = engine.existing(7, MODEL, DIMS)
+    assert found is not None and found.count() == 1
+    assert engine.existing(7, MODEL, DIMS + 1) is None

@@ -32,7 +32,6 @@ from memory_bridge.sources.vector_generations import Generations, ShardPlan, Sha
 from memory_bridge.tenancy.config import TokenConfig
 from memory_bridge.turn import Turn
 from memory_bridge.vectors.index import (
-    NoRoom,
     PointPayload,
     VectorEngine,
     VectorIndex,
@@ -114,10 +113,10 @@ class EpisodicMemory:
         async with asyncio.timeout(self._search_timeout):
             shard = (await self.plan(turn.scope.token_id, spec, fresh=False)).read
             (vector,) = await self._embedders.embed(shard.spec, [query])
-            try:
-                index = await self._index(turn.scope.token_id, shard)
-            except NoRoom:
-                # Only a shard not yet created is refused: it holds nothing to recall.
+            index = await self._executor.run(
+                lambda: self._engine.existing(turn.scope.token_id, shard.model_id, shard.dims)
+            )
+            if index is None:  # nothing was ever indexed for the token: nothing to recall
                 return Recall(source=self.name)
             hits = await self._executor.run(
                 lambda: index.hybrid_search(

@@ -102,6 +102,16 @@ class EdgeEngine:
                 self._open[key] = found
             return found
 
+    def existing(self, token_id: int, model_id: str, dims: int) -> EdgeIndex | None:
+        key = ShardKey(token_id, model_id, dims)
+        with self._lock:
+            found = self._open.get(key)
+            if found is not None and not found.closed:
+                return found
+        if not (self._root / f"t{token_id}" / shard_name(key) / META).is_file():
+            return None
+        return self.index(token_id, model_id, dims)
+
     def drop_token(self, token_id: int) -> int:
         with self._lock:
             for key in [k for k in self._open if k.token_id == token_id]:

@@ -280,6 +280,11 @@ class VectorEngine(Protocol):
         """The shard of (token, model, dims), created on first use; the same object after."""
         ...
 
+    def existing(self, token_id: int, model_id: str, dims: int) -> VectorIndex | None:
+        """The shard if it was ever created, else None: a read path creates nothing (creating
+        an embedded shard costs ~0.1-0.4 s of file work, which no request should pay)."""
+        ...
+
     def drop_token(self, token_id: int) -> int:
         """Delete every shard of a token (erasure); returns how many there were."""
         ...

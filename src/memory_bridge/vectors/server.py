@@ -113,6 +113,17 @@ class ServerEngine:
                 self._open[key] = found
             return found
 
+    def existing(self, token_id: int, model_id: str, dims: int) -> ServerIndex | None:
+        key = ShardKey(token_id, model_id, dims)
+        with self._lock:
+            found = self._open.get(key)
+        if found is not None:
+            return found
+        name = self.collection_name(key)
+        if not self._call(partial(self._client.collection_exists, name)):
+            return None
+        return self.index(token_id, model_id, dims)
+
     def drop_token(self, token_id: int) -> int:
         start = f"{self._prefix}_t{token_id}_"
         with self._lock:
