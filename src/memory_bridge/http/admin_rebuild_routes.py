@@ -11,10 +11,13 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, Field
 
+from memory_bridge.errors import ProxyError
 from memory_bridge.http.admin_schemas import ADMIN_BEARER, TokenId, error_responses
 from memory_bridge.http.auth import require_admin
 from memory_bridge.lifecycle.rebuild import layers_of, reindex_state, start_rebuild
+from memory_bridge.lifecycle.reextract import start_reextract
 from memory_bridge.runtime import Runtime
+from memory_bridge.sources.vector_generations import LONGTERM
 from memory_bridge.token_admin import not_found
 
 router = APIRouter(
@@ -49,6 +52,11 @@ class RebuildState(BaseModel):
     layers: dict[str, LayerRebuild] = Field(
         description="Per layer; absent: never rebuilt (generation 0 of its embedder)."
     )
+    reextract_turns: int | None = Field(
+        default=None,
+        description="With `reextract=true`: the stored turns whose facts the memory LLM "
+        "extracts again (one job each of the `longterm` consumer: `GET .../jobs`).",
+    )
 
 
 async def _state(runtime: Runtime, token_id: int) -> dict[str, Any]:
@@ -59,23 +67,43 @@ async def _state(runtime: Runtime, token_id: int) -> dict[str, Any]:
     "",
     status_code=202,
     response_model=RebuildState,
-    responses=error_responses(404, 409),
+    responses=error_responses(404, 409, 422),
 )
 async def start(
     request: Request,
     token_id: TokenId,
     layer: Annotated[Layer, Query(description="The layer to rebuild (all: both).")] = "episodic",
+    reextract: Annotated[
+        bool,
+        Query(
+            description="longterm or all only: run the memory LLM again over every stored "
+            "turn instead of restoring the facts from their events (one LLM call per turn)."
+        ),
+    ] = False,
 ) -> dict[str, Any]:
     """Rebuild the layer's vectors from the event log into a new shard, then switch to it
     (recall reads the old shard until then; the old one is dropped after). The long-term
-    layer's facts are re-embedded from their `longterm.*` events: no memory LLM call. 409
-    while one runs, or when the token has no such layer (`all`: the layers it has)."""
+    layer's facts are re-embedded from their `longterm.*` events: no memory LLM call; with
+    `reextract=true` they are deleted and extracted again from the stored turns, in place, by
+    the `longterm` consumer's jobs. 409 while one runs, or when the token has no such layer
+    (`all`: the layers it has); 422 for `reextract` with the episodic layer."""
+    if reextract and layer not in (LONGTERM, "all"):
+        raise ProxyError(
+            422, "invalid_request_error", "reextract applies to the longterm layer (or all)."
+        )
     runtime: Runtime = request.app.state.runtime
     worker = request.app.state.worker
     wake = worker.wake if worker else None
-    for name in await layers_of(runtime, token_id, layer):
-        await start_rebuild(runtime, token_id, name, wake=wake)
-    return await _state(runtime, token_id)
+    layers = await layers_of(runtime, token_id, layer)
+    if reextract and LONGTERM not in layers:
+        raise ProxyError(409, "conflict_error", "The token has no long-term memory.")
+    turns = None
+    for name in layers:
+        if reextract and name == LONGTERM:
+            turns = await start_reextract(runtime, token_id, wake=wake)
+        else:
+            await start_rebuild(runtime, token_id, name, wake=wake)
+    return {**await _state(runtime, token_id), "reextract_turns": turns}
 
 
 @router.get("", response_model=RebuildState, responses=error_responses(404))

@@ -242,3 +242,10 @@ def _page(conn: Connection, token_id: int, after: int, limit: int | None) -> lis
     if limit is not None:
         query = query.limit(limit)
     return [event_log.stored_event(row) for row in conn.execute(query)]
+
+
+def live_facts(conn: Connection, token_id: int) -> dict[str, Fact]:
+    """The token's live facts by memory id: its whole `longterm.*` log replayed (a re-extract
+    deletes exactly these)."""
+    facts, _ = fold(_page(conn, token_id=token_id, after=0, limit=None))
+    return {memory_id: fact for memory_id, fact in facts.items() if fact is not None}
