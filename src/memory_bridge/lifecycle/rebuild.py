@@ -33,6 +33,7 @@ from memory_bridge.events import queue
 from memory_bridge.events.consumers import rebuild_exchange
 from memory_bridge.events.model import EventType, NewEvent, StoredEvent, index_aggregate
 from memory_bridge.events.queue import Job
+from memory_bridge.lifecycle.generation_pass import replay_and_switch
 from memory_bridge.lifecycle.rebuild_longterm import run_longterm
 from memory_bridge.sources.base import JobStep, PermanentFailure
 from memory_bridge.sources.embedder import EmbedderSpec
@@ -45,12 +46,10 @@ from memory_bridge.sources.vector_generations import (
     Generation,
     ShardTarget,
     base_model,
-    record_progress,
 )
 from memory_bridge.sources.vector_generations import fail as fail_row
 from memory_bridge.sources.vector_generations import read as read_row
 from memory_bridge.sources.vector_generations import start as start_row
-from memory_bridge.sources.vector_generations import switch as switch_rows
 from memory_bridge.storage.tables import memory_events
 from memory_bridge.tenancy.config import TokenConfig
 from memory_bridge.vectors.index import Where
@@ -268,40 +267,32 @@ class Rebuilder:
             )
             raise PermanentFailure("the token's embedder is not the rebuild's target")
         target = ShardTarget(current, row.target_model, row.target_dims)
-        total = await runtime.db.run(lambda c: _count(c, token_id))
-        checkpoint, done = row.checkpoint, row.done
-        while True:
-            page = await runtime.db.run(partial(_page, token_id=token_id, after=checkpoint))
-            if not page:
-                break
+        config = record.config
+
+        async def replay(after: int, limit: int | None) -> tuple[int | None, int]:
+            page = await runtime.db.run(partial(_page, token_id=token_id, after=after, limit=limit))
+            done = 0
             for stored in page:
-                done += await self._replay(episodic, job, progress, stored, target, record.config)
-            checkpoint = page[-1].id
-            await progress.step("rebuild")  # renews the lease; raises when it is lost
-            ok = await runtime.db.write(
-                partial(
-                    record_progress,
-                    token_id=token_id,
-                    layer=EPISODIC,
-                    event_id=event.event_id,
-                    checkpoint=checkpoint,
-                    done=done,
-                    total=max(total, done),
-                )
-            )
-            if not ok:
-                return  # superseded: the newer request's job takes over
-        before = await runtime.db.write(
-            lambda c: switch_rows(c, token_id, EPISODIC, event.event_id)
+                done += await self._replay(episodic, job, progress, stored, target, config)
+            return (page[-1].id if page else None), done
+
+        total = await runtime.db.run(lambda c: _count(c, token_id))
+        switched = await replay_and_switch(
+            runtime.db,
+            progress,
+            row=row,
+            layer=EPISODIC,
+            total=total,
+            page_size=PAGE,
+            replay=replay,
         )
         generations.invalidate(token_id)
-        if before is None:
-            return
+        if switched is None:
+            return  # superseded: the newer request's job takes over
+        before, checkpoint, done = switched.before, switched.checkpoint, switched.done
         # Turns recorded between the last page and the switch went to both shards, unless their
         # job had not run yet: one more pass over what came after the checkpoint.
-        rest = partial(_page, token_id=token_id, after=checkpoint, limit=None)
-        for stored in await runtime.db.run(rest):
-            await self._replay(episodic, job, progress, stored, target, record.config)
+        await replay(checkpoint, None)
         log.info(
             "token %d: episodic vectors rebuilt into %s (%d turns)", token_id, target.model_id, done
         )

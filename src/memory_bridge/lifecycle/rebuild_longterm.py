@@ -29,13 +29,13 @@ from sqlalchemy import Connection, func, select
 from memory_bridge.events import log as event_log
 from memory_bridge.events.model import EventType, StoredEvent
 from memory_bridge.events.queue import Job
+from memory_bridge.lifecycle.generation_pass import replay_and_switch
 from memory_bridge.sources.base import JobStep, PermanentFailure
 from memory_bridge.sources.longterm import config as mem0_config
 from memory_bridge.sources.longterm.points import ENTITY_KIND, EVENT_ID_KEY, MEMORY_KIND
 from memory_bridge.sources.longterm.shards import on_shard
-from memory_bridge.sources.vector_generations import LONGTERM, RUNNING, record_progress
+from memory_bridge.sources.vector_generations import LONGTERM, RUNNING
 from memory_bridge.sources.vector_generations import fail as fail_row
-from memory_bridge.sources.vector_generations import switch as switch_rows
 from memory_bridge.storage.tables import memory_events
 from memory_bridge.vectors.index import Where
 
@@ -172,43 +172,29 @@ async def run_longterm(
     memory = await pool.detached(target)
     try:
 
-        async def replay(after: int, limit: int | None) -> tuple[list[StoredEvent], int]:
+        async def replay(after: int, limit: int | None) -> tuple[int | None, int]:
             page = await runtime.db.run(partial(_page, token_id=token_id, after=after, limit=limit))
             if not page:
-                return page, 0
+                return None, 0
             changes = fold(page)
             await pool.on_detached(target, memory, lambda m: apply(m, token_id, changes))
-            return page, len(page)
+            return page[-1].id, len(page)
 
         total = await runtime.db.run(lambda c: _count(c, token_id))
-        checkpoint, done = row.checkpoint, row.done
-        while True:
-            page, replayed = await replay(checkpoint, PAGE)
-            if not page:
-                break
-            done += replayed
-            checkpoint = page[-1].id
-            await progress.step("rebuild")  # renews the lease; raises when it is lost
-            ok = await runtime.db.write(
-                partial(
-                    record_progress,
-                    token_id=token_id,
-                    layer=LONGTERM,
-                    event_id=event.event_id,
-                    checkpoint=checkpoint,
-                    done=done,
-                    total=max(total, done),
-                )
-            )
-            if not ok:
-                return  # superseded: the newer request's job takes over
-        before = await runtime.db.write(
-            lambda c: switch_rows(c, token_id, LONGTERM, event.event_id)
+        switched = await replay_and_switch(
+            runtime.db,
+            progress,
+            row=row,
+            layer=LONGTERM,
+            total=total,
+            page_size=PAGE,
+            replay=replay,
         )
         generations.invalidate(token_id)
         pool.invalidate(token_id)  # the next call binds the new generation
-        if before is None:
-            return
+        if switched is None:
+            return  # superseded: the newer request's job takes over
+        before, checkpoint = switched.before, switched.checkpoint
         await replay(checkpoint, None)
         log.info("token %d: long-term facts rebuilt into %s", token_id, target.model_id)
         if (before.active_model, before.active_dims) == (target.model_id, target.dims):
