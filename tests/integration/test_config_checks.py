@@ -79,18 +79,16 @@ def test_patch_to_an_unreachable_embedder_is_refused_and_saved_with_validate_fal
     assert saved.status_code == 200, saved.text
     assert saved.json()["config"]["embed_base_url"] == down["embed_base_url"]
 
-    # Every chat of the token now fails, and says why; so does the log, with the request id.
-    reply = chat(proxy, token, "hello?")
-    assert _cause(reply) == "embedder_unreachable"
-    assert upstream.proxied_requests[-1].json["messages"][-1]["content"] == "still fine"
-    rid = reply.headers["x-request-id"]
-    lines = [
-        r
-        for r in logs.records
-        if "long-term memory search failed (embedder_unreachable)" in r.getMessage()
-    ]
-    assert [r.rid for r in lines] == [rid]  # type: ignore[attr-defined]
-    text = "\n".join(r.getMessage() for r in logs.records)
+    # The new embedder is a re-embed (docs/operations.md): until it is done the token recalls
+    # from the old shard with the old embedder, so chats go on; the re-embed cannot reach the
+    # new embedder, and the token's detail says so, with no secret.
+    assert chat(proxy, token, "hello?").status_code == 200
+    assert upstream.proxied_requests[-1].json["messages"][-1]["content"] == "hello?"
+    detail = proxy.admin("GET", f"/tokens/{token_id}")
+    assert detail.json()["reindex"]["episodic"]["state"] in ("running", "failed"), detail.text
+    failures = [r for r in logs.records if "embedder_unreachable" in r.getMessage()]
+    assert failures, "the re-embed's failure to reach the new embedder is logged"
+    text = "\n".join(r.getMessage() for r in logs.records) + detail.text
     for secret in SECRETS:
         assert secret not in text
 
