@@ -9,7 +9,7 @@ fails on the constraint instead of silently interleaving.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -96,13 +96,23 @@ def append(
 
 
 def read(
-    conn: Connection, *, token_id: int | None = None, after: int = 0, limit: int = 1000
+    conn: Connection,
+    *,
+    token_id: int | None = None,
+    after: int = 0,
+    limit: int | None = 1000,
+    types: Collection[str] | None = None,
 ) -> list[StoredEvent]:
-    """Events in log order (by id), optionally of one token, after the id `after`."""
+    """Events in log order (by id), optionally of one token and of some types, after the id
+    `after`; `limit=None`: all of them."""
     query = select(memory_events).where(memory_events.c.id > after).order_by(memory_events.c.id)
     if token_id is not None:
         query = query.where(memory_events.c.token_id == token_id)
-    return [stored_event(row) for row in conn.execute(query.limit(limit))]
+    if types is not None:
+        query = query.where(memory_events.c.type.in_(tuple(types)))
+    if limit is not None:
+        query = query.limit(limit)
+    return [stored_event(row) for row in conn.execute(query)]
 
 
 def iterate(

@@ -347,15 +347,4 @@ def _count(conn: Connection, token_id: int) -> int:
 def _page(
     conn: Connection, token_id: int, after: int, limit: int | None = PAGE
 ) -> list[StoredEvent]:
-    query = (
-        select(memory_events)
-        .where(
-            memory_events.c.token_id == token_id,
-            memory_events.c.id > after,
-            memory_events.c.type.in_(_REPLAYED),
-        )
-        .order_by(memory_events.c.id)
-    )
-    if limit is not None:
-        query = query.limit(limit)
-    return [event_log.stored_event(row) for row in conn.execute(query)]
+    return event_log.read(conn, token_id=token_id, after=after, limit=limit, types=_REPLAYED)
