@@ -106,6 +106,11 @@ class TraceStore:
 
     async def get(self, token_id: int, request_id: str) -> dict[str, Any] | None:
         await self.flush()  # a trace asked for right after its request is not still queued
+        flusher = self._flusher
+        if flusher is not None and not flusher.done():
+            # ...nor in the batch the flusher is writing at this moment.
+            with contextlib.suppress(Exception):
+                await asyncio.shield(flusher)
 
         def read(conn: Connection) -> str | None:
             return conn.execute(
