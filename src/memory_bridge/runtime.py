@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from memory_bridge.events.consumers import SourceConsumer
 from memory_bridge.events.worker import Consumer, JobWorker, WorkerSettings
 from memory_bridge.settings import Settings
+from memory_bridge.sources import local_embedder
 from memory_bridge.sources.base import MemorySource
 from memory_bridge.sources.blocking import BlockingExecutor
 from memory_bridge.sources.curated import CuratedMemory
@@ -48,6 +49,7 @@ def prepare_mem0_environment(settings: Settings) -> None:
     os.environ["MEM0_DIR"] = str(settings.mem0_dir.resolve())
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    local_embedder.use_runtime(settings.local_embedder_runtime)
 
 
 def load_cipher(settings: Settings) -> encryption.SecretCipher:

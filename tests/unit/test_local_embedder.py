@@ -5,10 +5,11 @@ lists, and the cache stays bounded."""
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from memory_bridge.sources import local_embedder
+from memory_bridge.sources import local_embedder, onnx_encoder
 from memory_bridge.sources.local_embedder import (
     DEFAULT_DIMS,
     RECENT,
@@ -41,6 +42,50 @@ def test_short_calls_match_a_batch_and_the_cache_is_bounded() -> None:
 
     for i in range(RECENT + 5):
         embedding.embed(f"a distinct question {i}")
-    loaded = local_embedder._models[LocalModel(path="")]
+    loaded = local_embedder._models[(LocalModel(path=""), "onnx")]
     assert len(loaded.recent) == RECENT
     assert _cosine(embedding.embed(texts[0]), batch[0]) > 0.99999  # evicted, recomputed
+
+
+def test_onnx_runtime_gives_torchs_vectors_and_shares_concurrent_queries() -> None:
+    spec = LocalModel(path="")
+    local_embedder.use_runtime("torch")
+    try:
+        on_torch = LocalEmbedding(spec, DEFAULT_DIMS)
+    finally:
+        local_embedder.use_runtime("onnx")
+    on_onnx = LocalEmbedding(spec, DEFAULT_DIMS)
+    assert (on_torch.runtime, on_onnx.runtime) == ("torch", "onnx")
+    texts = [f"  What did Melanie paint in week {i}? café 🎨 " * (1 + i % 4) for i in range(12)]
+    want = on_torch.embed_batch(texts)
+    assert all(
+        _cosine(a, b) > 0.99999 for a, b in zip(want, on_onnx.embed_batch(texts), strict=True)
+    )
+
+    # Concurrent callers: each gets its own text's vector (tokenising is serialised, forward
+    # passes are not), and the same text asked for at once is one shared result.
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        got = list(pool.map(on_onnx.embed, texts + texts))
+    for n, vector in enumerate(got):
+        assert _cosine(vector, want[n % len(texts)]) > 0.99999
+    loaded = local_embedder._models[(spec, "onnx")]
+    assert not loaded.pending
+
+
+def test_a_pipeline_the_encoder_does_not_reproduce_stays_on_torch() -> None:
+    torch = pytest.importorskip("torch")
+    st = pytest.importorskip("sentence_transformers")
+    path = local_embedder.default_model_path()
+    plain = st.SentenceTransformer(path, device="cpu")
+    transformer = plain[0]
+    cls_pooled = st.SentenceTransformer(
+        modules=[transformer, type(plain[1])(DEFAULT_DIMS, pooling_mode="cls")], device="cpu"
+    )
+    assert onnx_encoder.from_sentence_transformer(cls_pooled, torch) is None
+    # A graph whose vectors differ from the model's is refused by the check: here the same
+    # graph without the model's final normalisation.
+    ort = pytest.importorskip("onnxruntime")
+    unnormalised = onnx_encoder._export(plain, torch, ort, normalize=False)
+    assert not onnx_encoder._same_vectors(unnormalised, plain, torch)
+    normalised = onnx_encoder._export(plain, torch, ort, normalize=True)
+    assert onnx_encoder._same_vectors(normalised, plain, torch)

