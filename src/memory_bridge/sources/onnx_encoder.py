@@ -39,6 +39,8 @@ PROBES = (
     " ".join(f"word{i}" for i in range(600)),
 )
 MIN_COSINE = 0.99999
+# Texts per forward pass of a long batch (sorted by length first, see `encode`).
+CHUNK = 8
 MAX_NORM_GAP = 1e-4  # relative to the expected vector's length
 
 
@@ -64,6 +66,21 @@ class OnnxEncoder:
         self._tokenizer_lock = threading.Lock()
 
     def encode(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        if len(texts) <= CHUNK:
+            return self._encode_padded(texts)
+        # Padding costs a forward pass over the longest text's length for every row: texts of
+        # similar lengths go together (as sentence-transformers batches them), in small chunks.
+        order = sorted(range(len(texts)), key=lambda n: len(texts[n]))
+        result = np.empty((len(texts), 0), dtype=np.float32)
+        for start in range(0, len(order), CHUNK):
+            rows = order[start : start + CHUNK]
+            vectors = self._encode_padded([texts[n] for n in rows])
+            if result.shape[1] == 0:
+                result = np.empty((len(texts), vectors.shape[1]), dtype=np.float32)
+            result[rows] = vectors
+        return result
+
+    def _encode_padded(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         with self._tokenizer_lock:
             encoded = self._tokenizer(
                 [text.strip() for text in texts],
