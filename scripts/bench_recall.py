@@ -128,6 +128,7 @@ async def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
                 args.speed_queries,
                 args.speed_budget,
                 optimize=not args.no_optimize,
+                runtimes=args.runtimes,
             )
     finally:
         await bench.close()
@@ -185,12 +186,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--speed-budget", type=float, default=120.0, help="seconds per cell")
     parser.add_argument("--no-optimize", action="store_true", help="speed: skip optimize()")
     parser.add_argument(
+        "--runtimes",
+        type=lambda raw: [part.strip() for part in raw.split(",") if part.strip()],
+        default=["onnx"],
+        help="speed: local embedder runtimes, query by query in turn (e.g. onnx,torch)",
+    )
+    parser.add_argument(
         "--torch-threads", type=int, default=None, help="torch.set_num_threads (default: torch's)"
     )
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
     if args.skip_quality and not args.speed:
         parser.error("--skip-quality needs --speed")
+    if not args.runtimes or set(args.runtimes) - {"onnx", "torch"}:
+        parser.error("--runtimes: onnx and/or torch")
     return args
 
 

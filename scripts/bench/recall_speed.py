@@ -34,6 +34,7 @@ from bench.locomo import Conversation, Turn, percentile
 from bench.recall_episodic import TIMEOUT, EpisodicBench
 from memory_bridge.context.forge.rank import RankWeights, rank
 from memory_bridge.messages import Message
+from memory_bridge.sources import local_embedder
 from memory_bridge.sources.base import Exchange
 from memory_bridge.sources.blocking import BlockingExecutor
 from memory_bridge.sources.embedder import Embedders, EmbedderSpec
@@ -104,50 +105,57 @@ def _stats(values: list[float]) -> dict[str, float]:
 
 
 async def _measure(
-    bench: EpisodicBench, index: VectorIndex, questions: Sequence[str], budget: float
+    bench: EpisodicBench,
+    index: VectorIndex,
+    questions: Sequence[str],
+    budget: float,
+    runtimes: Sequence[local_embedder.Runtime],
 ) -> dict[str, Any]:
+    """Per local-embedder runtime, query by query in turn (the same load for each)."""
     memory = EpisodicMemory(bench.engine, bench.embedders, bench.executor, TIMEOUT, TIMEOUT)
     scope = Scope(token_id=TOKEN, user=USER, session="ask")
-    recall_ms: list[float] = []
-    embed_ms: list[float] = []
-    search_ms: list[float] = []
+    times = {rt: {"recall": [], "embed": [], "search": []} for rt in runtimes}
     hits: list[int] = []
     load = os.getloadavg()[0]
     deadline = time.monotonic() + budget
     for n, text in enumerate(questions):
         if n >= WARMUP and time.monotonic() > deadline:
             break
-        turn = ChatTurn("q", scope, bench.config, (Message(role="user", content=text),), text)
-        t0 = time.perf_counter()
-        found = await memory.recall(turn)
-        ranked = rank(found.candidates, RankWeights(), time.time())
-        t1 = time.perf_counter()
-        # A trailing space: the same tokens and vector, but not the local embedder's cached
-        # vector of `text` that recall just made.
-        (vector,) = await bench.embedders.embed(bench.spec, [text + " "])
-        t2 = time.perf_counter()
-        await bench.executor.run(
-            lambda: index.hybrid_search(
-                user=USER,
-                query_dense=vector,  # noqa: B023 - awaited before the loop moves on
-                query_text=text,  # noqa: B023
-                where=Where(user=USER, kind=KIND),
-                limit=DEPTH,
-                prefetch_limit=PREFETCH,
+        for runtime in runtimes:
+            local_embedder.use_runtime(runtime)
+            turn = ChatTurn("q", scope, bench.config, (Message(role="user", content=text),), text)
+            t0 = time.perf_counter()
+            found = await memory.recall(turn)
+            ranked = rank(found.candidates, RankWeights(), time.time())
+            t1 = time.perf_counter()
+            # A trailing space: the same tokens and vector, but not the local embedder's cached
+            # vector of `text` that recall just made.
+            (vector,) = await bench.embedders.embed(bench.spec, [text + " "])
+            t2 = time.perf_counter()
+            await bench.executor.run(
+                lambda: index.hybrid_search(
+                    user=USER,
+                    query_dense=vector,  # noqa: B023 - awaited before the loop moves on
+                    query_text=text,  # noqa: B023
+                    where=Where(user=USER, kind=KIND),
+                    limit=DEPTH,
+                    prefetch_limit=PREFETCH,
+                )
             )
-        )
-        t3 = time.perf_counter()
-        if n < WARMUP:
-            continue
-        recall_ms.append((t1 - t0) * 1000)
-        embed_ms.append((t2 - t1) * 1000)
-        search_ms.append((t3 - t2) * 1000)
-        hits.append(len(ranked))
+            t3 = time.perf_counter()
+            if n < WARMUP:
+                continue
+            times[runtime]["recall"].append((t1 - t0) * 1000)
+            times[runtime]["embed"].append((t2 - t1) * 1000)
+            times[runtime]["search"].append((t3 - t2) * 1000)
+            hits.append(len(ranked))
+    local_embedder.use_runtime(runtimes[0])
     return {
-        "queries": len(recall_ms),
-        "recall": _stats(recall_ms),
-        "embed": _stats(embed_ms),
-        "search": _stats(search_ms),
+        "queries": len(times[runtimes[0]]["recall"]),
+        "runtimes": {
+            rt: {stage: _stats(values) for stage, values in stages.items()}
+            for rt, stages in times.items()
+        },
         "mean_candidates": round(sum(hits) / max(1, len(hits)), 1),
         "load_avg_1m": [round(load, 2), round(os.getloadavg()[0], 2)],
     }
@@ -160,6 +168,7 @@ async def run(
     queries: int,
     budget: float,
     optimize: bool,
+    runtimes: Sequence[local_embedder.Runtime] = ("onnx",),
     seed: int = 7,
 ) -> dict[str, Any]:
     turns = [t for c in conversations for t in c.turns]
@@ -196,20 +205,22 @@ async def run(
         }
         have = size
         print(f"speed: {size} memories filled in {fill_s:.1f} s", file=sys.stderr, flush=True)
-        row["as_filled"] = await _measure(bench, index, questions, budget)
+        row["as_filled"] = await _measure(bench, index, questions, budget, runtimes)
         row["as_filled"]["segments"] = index.stats().segments
-        print(f"speed: {size} as filled {row['as_filled']['recall']}", file=sys.stderr, flush=True)
+        print(
+            f"speed: {size} as filled {row['as_filled']['runtimes']}", file=sys.stderr, flush=True
+        )
         if optimize:
             started = time.perf_counter()
             changed = await bench.executor.run(index.optimize)
             row["optimize_s"] = round(time.perf_counter() - started, 1)
             row["optimize_changed"] = changed
-            row["optimized"] = await _measure(bench, index, questions, budget)
+            row["optimized"] = await _measure(bench, index, questions, budget, runtimes)
             stats = index.stats()
             row["optimized"]["segments"] = stats.segments
             row["optimized"]["indexed_vectors"] = stats.indexed_vectors
             print(
-                f"speed: {size} optimised in {row['optimize_s']} s {row['optimized']['recall']}",
+                f"speed: {size} optimised in {row['optimize_s']} s {row['optimized']['runtimes']}",
                 file=sys.stderr,
                 flush=True,
             )
@@ -222,20 +233,21 @@ async def run(
 
 def table(report: dict[str, Any]) -> str:
     head = (
-        "| memories | shard | recall p50 ms | p95 ms | embed p50 | p95 | search p50 | p95 | "
-        "queries | load 1m |"
+        "| memories | shard | embedder runtime | recall p50 ms | p95 ms | embed p50 | p95 | "
+        "search p50 | p95 | queries | load 1m |"
     )
-    lines = [head, "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines = [head, "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for row in report["rows"]:
         states = [("as filled", row["as_filled"])]
         if "optimized" in row:
             states.append((f"optimised ({row['optimize_s']:.0f} s)", row["optimized"]))
         for name, m in states:
             load = "–".join(f"{x:.1f}" for x in m["load_avg_1m"])
-            lines.append(
-                f"| {row['memories']:,} | {name} | {m['recall']['p50_ms']:.1f} | "
-                f"{m['recall']['p95_ms']:.1f} | {m['embed']['p50_ms']:.1f} | "
-                f"{m['embed']['p95_ms']:.1f} | {m['search']['p50_ms']:.1f} | "
-                f"{m['search']['p95_ms']:.1f} | {m['queries']} | {load} |"
-            )
+            for runtime, r in m["runtimes"].items():
+                lines.append(
+                    f"| {row['memories']:,} | {name} | {runtime} | {r['recall']['p50_ms']:.1f} | "
+                    f"{r['recall']['p95_ms']:.1f} | {r['embed']['p50_ms']:.1f} | "
+                    f"{r['embed']['p95_ms']:.1f} | {r['search']['p50_ms']:.1f} | "
+                    f"{r['search']['p95_ms']:.1f} | {m['queries']} | {load} |"
+                )
     return "\n".join(lines)
