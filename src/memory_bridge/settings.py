@@ -81,8 +81,9 @@ class Settings(BaseSettings):
     # Recalled memory placed in a prompt is fitted to this many tokens (the Context Forge).
     memory_token_budget: int = Field(default=1500, gt=0)
     # A vector shard is optimised (HNSW build, segment merge; in the background, started by the
-    # job worker, one shard at a time) once it has grown by this many points; 0: never.
-    vector_optimize_threshold: int = Field(default=20_000, ge=0)
+    # job worker, one shard at a time) once it has grown by this many points, or by half its
+    # size at the last optimisation if that is more; 0: never.
+    vector_optimize_threshold: int = Field(default=2_000, ge=0)
     # The embedded engine creates and writes no shard with less free disk than this (MiB): a
     # memory-mapped write on a full disk kills the process (SIGBUS) rather than failing.
     vector_min_free_mb: int = Field(default=64, ge=0)

@@ -12,9 +12,11 @@ from typing import Any
 import pytest
 
 from memory_bridge.vectors import edge_optimize
+from memory_bridge.vectors.edge import EdgeEngine
 from memory_bridge.vectors.optimizer import ShardOptimizer
 from tests.fakes.upstream import FakeUpstream, Scenario
 from tests.integration.longterm_support import forwarded_recall, memory_fields, wait_until
+from tests.integration.test_vectors_adapters import hashed, point
 from tests.support.loopback import LoopbackServer
 from tests.support.proxy import Proxy, start_proxy
 
@@ -113,3 +115,30 @@ def _run(
     assert "My sister Ingrid lives in Trondheim" in forwarded_recall(upstream)
     wait_until(lambda: _indexed(proxy, token_id), what="the episodic jobs")
     assert len(optimizer.runs) == 2
+
+
+def test_a_growing_shard_is_optimised_again_after_growing_by_half(tmp_path: Path) -> None:
+    """Rebuilt at the threshold, then only once grown by half its size then: a rule checked
+    synchronously on the optimizer's own step (its thread would make "not yet" a race)."""
+    optimizer = ShardOptimizer(threshold=2)
+    engine = optimizer.track(EdgeEngine(tmp_path))
+    try:
+        index = engine.index(1, "model-a", 64)
+        key = index.key
+
+        def add(n: int, tag: str) -> None:
+            index.upsert([point(f"{tag} {i}", hashed(f"{tag}{i}"), user="ada") for i in range(n)])
+
+        add(10, "first")
+        optimizer._maybe_optimise(key, index)
+        assert [run.grown for run in optimizer.runs] == [10]
+        add(3, "second")  # past the threshold (2), short of half the shard (5)
+        optimizer._maybe_optimise(key, index)
+        assert len(optimizer.runs) == 1
+        add(2, "third")
+        optimizer._maybe_optimise(key, index)
+        assert [run.grown for run in optimizer.runs] == [10, 5]
+        assert all(run.changed is not None for run in optimizer.runs)
+    finally:
+        optimizer.close()
+        engine.close()

@@ -4,8 +4,12 @@ An embedded shard answers an unfiltered hybrid query in 4.5 ms before `optimize(
 build and segment merge) and 0.6 ms after, at 50,000 points, but the build took 49 s there: it
 must never run in a request. The job worker tells `ShardOptimizer` after each job which token
 it worked for (`poke`); one background thread then looks at that token's shards and optimises
-one whose point count has grown by `threshold` since its last optimisation (or since this
-process opened it), one shard at a time. The build itself runs in a child process
+one whose point count has grown since its last optimisation (or since this process opened it)
+by `threshold`, or by half its size then if that is more, one shard at a time. The growth is
+geometric so that the builds of a growing shard cost a constant factor of its last one, while
+at most a third of its points are ever outside the optimised segments: at 10,000 memories of
+one user a filtered hybrid search took 4.3 ms as filled and 2.0 ms optimised (1.7 s build),
+the difference between meeting the recall stage's 10 ms and missing it. The build itself runs in a child process
 (`edge_optimize`); reads and writes go on meanwhile.
 
 The count is kept in memory: after a restart a shard is optimised once it has grown by
@@ -26,6 +30,10 @@ from memory_bridge.vectors.index import IndexClosed, ShardKey, VectorEngine, Vec
 __all__ = ["OptimizeRun", "ShardOptimizer", "TrackedEngine"]
 
 log = logging.getLogger(__name__)
+
+# A shard is optimised again once it has grown by this fraction of its size at the last
+# optimisation (or by the threshold, if that is more).
+GROWTH = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,8 +145,9 @@ class ShardOptimizer:
         with self._lock:
             if self._closed or self._shards.get(key) is not index:
                 return
-            grown = points - self._base.get(key, points)
-            if grown < self.threshold:
+            base = self._base.get(key, points)
+            grown = points - base
+            if grown < max(self.threshold, int(base * GROWTH)):
                 return
             # Writes made during the build count toward the next one.
             self._base[key] = points
