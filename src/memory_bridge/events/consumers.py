@@ -25,10 +25,10 @@ class SourceConsumer:
         self._tokens = tokens
 
     async def run(self, job: Job, event: StoredEvent, progress: JobStep) -> None:
-        record = await self._tokens.get(event.token_id)
-        if record is None or record.config is None:
+        config = await self._tokens.current_config(event.token_id)
+        if config is None:
             return  # the token is gone or unusable: nothing to remember for it
-        await self._source.remember(rebuild_exchange(event, record.config, job, progress))
+        await self._source.remember(rebuild_exchange(event, config, job, progress))
 
 
 def rebuild_exchange(

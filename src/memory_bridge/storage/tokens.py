@@ -31,6 +31,9 @@ _CACHE_LIMIT = 10_000
 _AUTHENTICATE = select(tokens.c.id, tokens.c.is_admin, tokens.c.config, tokens.c.secret_hash).where(
     tokens.c.secret_hash == bindparam("key")
 )
+_CONFIG = select(tokens.c.config).where(
+    tokens.c.id == bindparam("token_id"), tokens.c.is_admin.is_(False)
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +64,7 @@ class TokenStore:
         self._ttl = cache_ttl
         self._cipher = cipher or SecretCipher.ephemeral()
         self._cache: dict[str, tuple[float, Principal]] = {}
+        self._configs: dict[int, tuple[float, TokenConfig | None]] = {}
         self._listeners: list[Callable[[int], None]] = []
 
     @classmethod
@@ -101,6 +105,26 @@ class TokenStore:
         self._cache[key] = (now + self._ttl, principal)
         return principal
 
+    async def current_config(self, token_id: int) -> TokenConfig | None:
+        """A service token's usable config, or None (gone, or unusable): what an after-turn
+        job works with. Cached as authentication is (`cache_ttl`, dropped at once on a change
+        made through this store): a turn's job read it through an ORM session, ~0.4 ms of the
+        serving process's CPU per turn."""
+        now = time.monotonic()
+        hit = self._configs.get(token_id)
+        if hit is not None and hit[0] > now:
+            return hit[1]
+
+        def read(conn: Connection) -> Any:
+            return conn.execute(_CONFIG, {"token_id": token_id}).first()
+
+        row = await self._sessions.run(read)
+        config = None if row is None else _load_config(row.config, self._cipher)[0]
+        if len(self._configs) >= _CACHE_LIMIT:
+            self._configs.clear()
+        self._configs[token_id] = (now + self._ttl, config)
+        return config
+
     async def has_admin(self) -> bool:
         async with self._sessions() as s:
             count = await s.scalar(
@@ -129,6 +153,7 @@ class TokenStore:
                 )
             )
         self._cache.clear()
+        self._configs.clear()
         return secret
 
     async def create(self, config: TokenConfig) -> tuple[TokenRecord, str]:
@@ -238,9 +263,11 @@ class TokenStore:
                 except UndecryptableSecret:
                     failed += (token_id,)
         self._cache.clear()
+        self._configs.clear()
         return done, failed
 
     def _changed(self, token_id: int) -> None:
+        self._configs.pop(token_id, None)
         for key, (_, principal) in list(self._cache.items()):
             if principal.token_id == token_id:
                 del self._cache[key]
