@@ -203,6 +203,25 @@ def finish(conn: Connection, job: Job, status: str = DONE, error: str | None = N
     return bool(result.rowcount)
 
 
+_SUCCESSOR = (
+    select(jobs.c.id)
+    .where(
+        jobs.c.order_key == bindparam("job_order_key"),
+        jobs.c.consumer == bindparam("job_consumer"),
+        jobs.c.id > bindparam("job_id"),
+        jobs.c.status == PENDING,
+    )
+    .limit(1)
+)
+
+
+def successor_waiting(conn: Connection, job: Job) -> bool:
+    """Whether a later job of `job`'s order key and consumer is pending: one that `job` kept
+    from being claimed until it ended (a worker looks for it at once rather than at its poll)."""
+    params = {"job_order_key": job.order_key, "job_consumer": job.consumer, "job_id": job.id}
+    return conn.execute(_SUCCESSOR, params).first() is not None
+
+
 def retry_later(conn: Connection, job: Job, delay: float, error: str) -> bool:
     now = time.time()
     result = conn.execute(

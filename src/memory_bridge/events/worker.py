@@ -81,6 +81,10 @@ class JobWorker:
         self._wake = asyncio.Event()
         self._stopping = False
         self._running: dict[asyncio.Task[None], Job] = {}
+        # Whether the last look for jobs may have left claimable ones behind for want of a
+        # free slot: a job's end then looks again. Otherwise it looks again only when the
+        # ended job's successor waits (its end said so), or on a wake-up or the poll.
+        self._full = False
         self._loop_task: asyncio.Task[None] | None = None
         self.completed = 0
 
@@ -93,20 +97,23 @@ class JobWorker:
 
     async def run(self) -> None:
         while not self._stopping:
+            # Cleared before looking: a wake-up that comes while the claim runs (a turn
+            # enqueued meanwhile) is kept, and makes the next look immediate.
+            self._wake.clear()
             free = self._settings.concurrency - len(self._running)
-            claimed: list[Job] = []
+            claimed: list[tuple[Job, Loaded]] = []
             if free > 0:
                 try:
                     claimed = await self._db.write(self._claim(free))
                 except Exception as exc:
                     log.error("claiming jobs failed: %s", type(exc).__name__)
-            for job in claimed:
-                task = asyncio.create_task(self._run(job))
+            for job, event in claimed:
+                task = asyncio.create_task(self._run(job, event))
                 self._running[task] = job
                 task.add_done_callback(self._finished)
+            self._full = free <= 0 or len(claimed) == free
             if claimed and len(claimed) == free:
                 continue  # more may be waiting
-            self._wake.clear()
             try:
                 async with asyncio.timeout(self._settings.poll):
                     await self._wake.wait()
@@ -115,20 +122,26 @@ class JobWorker:
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._running.pop(task, None)
-        self._wake.set()  # a slot is free, and the job's successor may now be claimable
+        if self._full:
+            self._wake.set()  # a slot is free for a job the last look had no room for
 
-    def _claim(self, limit: int) -> Callable[[Connection], list[Job]]:
+    def _claim(self, limit: int) -> Callable[[Connection], list[tuple[Job, Loaded]]]:
         owner, lease, consumers = self.owner, self._settings.lease, tuple(self._consumers)
 
-        def work(conn: Connection) -> list[Job]:
-            return queue.claim(conn, owner, limit, lease, consumers)
+        def work(conn: Connection) -> list[tuple[Job, Loaded]]:
+            # Each job's event is read in the same unit: one database round trip less per job
+            # (every turn of a memory token has jobs run in the serving process).
+            jobs = queue.claim(conn, owner, limit, lease, consumers)
+            return [(job, _loaded(conn, job.event_id)) for job in jobs]
 
         return work
 
-    async def _run(self, job: Job) -> None:
+    async def _run(self, job: Job, loaded: Loaded) -> None:
         consumer = self._consumers[job.consumer]
         try:
-            event = await self._db.run(_load_event(job.event_id))
+            if isinstance(loaded, Exception):
+                raise loaded  # an event that cannot be read fails its job, not the claim
+            event = loaded
             if event is None:  # its token was purged meanwhile
                 await self._end(job, queue.DONE, None)
                 return
@@ -182,7 +195,19 @@ class JobWorker:
         return type(exc).__name__
 
     async def _end(self, job: Job, status: str, error: str | None) -> None:
-        await self._write(lambda conn: queue.finish(conn, job, status, error))
+        def work(conn: Connection) -> tuple[bool, bool]:
+            ended = queue.finish(conn, job, status, error)
+            return ended, ended and queue.successor_waiting(conn, job)
+
+        try:
+            ended, successor = await self._db.write(work)
+        except Exception as exc:
+            log.error("recording a job's end failed: %s", type(exc).__name__)
+            return
+        if not ended:
+            log.warning("a job's lease was lost before it ended; its new owner decides")
+        elif successor:
+            self._wake.set()  # the next job of its order key is claimable now
 
     async def _write(self, work: Callable[[Connection], bool]) -> None:
         try:
@@ -226,11 +251,15 @@ class _JobProgress:
             raise asyncio.CancelledError  # our lease is gone: another worker owns the job now
 
 
-def _load_event(event_id: str) -> Callable[[Connection], StoredEvent | None]:
-    def work(conn: Connection) -> StoredEvent | None:
+# A claimed job's event: the event, None (gone with its purged token) or why it is unreadable.
+Loaded = StoredEvent | None | Exception
+
+
+def _loaded(conn: Connection, event_id: str) -> Loaded:
+    try:
         row = conn.execute(
             select(memory_events).where(memory_events.c.event_id == event_id)
         ).first()
         return None if row is None else stored_event(row)
-
-    return work
+    except Exception as exc:
+        return exc
