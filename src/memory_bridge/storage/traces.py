@@ -49,7 +49,10 @@ class TraceStore:
                 "token_id": token_id,
                 "request_id": request_id,
                 "created_at": time.time(),
-                "body": json.dumps(trace, ensure_ascii=False, separators=(",", ":")),
+                # Serialised with its batch, on the database's thread: ~0.15 ms of a memory
+                # request's time before its forward otherwise. The handler never touches a
+                # trace again once it is saved.
+                "body": trace,
             }
         )
         if self._flusher is None or self._flusher.done():
@@ -74,7 +77,8 @@ class TraceStore:
                 prune.append(token_id)
 
         def work(conn: Connection) -> None:
-            conn.execute(insert(context_traces), batch)
+            rows = [{**row, "body": _dump(row["body"])} for row in batch]
+            conn.execute(insert(context_traces), rows)
             for token_id in prune:
                 self._prune(conn, token_id)
 
@@ -133,3 +137,7 @@ class TraceStore:
                 delete(context_traces).where(context_traces.c.token_id == token_id)
             )
         )
+
+
+def _dump(trace: dict[str, Any]) -> str:
+    return json.dumps(trace, ensure_ascii=False, separators=(",", ":"))
