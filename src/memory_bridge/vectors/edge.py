@@ -61,6 +61,7 @@ T = TypeVar("T")
 
 META = "meta.json"
 META_SCHEMA = 1
+SPARSE_FULL_SCAN = 1000
 
 
 class EdgeEngine:
@@ -467,7 +468,15 @@ def _edge_config(dims: int) -> qe.EdgeConfig:
     dense = {DENSE: qe.EdgeVectorParams(size=dims, distance=qe.Distance.Cosine)} if dims else None
     return qe.EdgeConfig(
         vectors=dense,
-        sparse_vectors={SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
+        # BM25 searches filter on one end user: above this many matching points the engine
+        # walks the inverted index instead of scoring every point of the user. With its
+        # default, a user of 3,000 points took 0.28-0.43 ms, with 1,000 0.13-0.18 ms (same
+        # scores; only the order of equal ones may differ). Read at a shard's creation.
+        sparse_vectors={
+            SPARSE: qe.EdgeSparseVectorParams(
+                modifier=qe.Modifier.Idf, full_scan_threshold=SPARSE_FULL_SCAN
+            )
+        },
         # Every search filters on one end user: no graph over the whole shard (m=0), one per
         # user (payload_m) once a user has more points than a full scan handles well. Building
         # the global graph took 16 s at 20k points; this one is built only for big users.
