@@ -9,8 +9,8 @@ by `threshold`, or by half its size then if that is more, one shard at a time. T
 geometric so that the builds of a growing shard cost a constant factor of its last one, while
 at most a third of its points are ever outside the optimised segments: at 10,000 memories of
 one user a filtered hybrid search took 4.3 ms as filled and 2.0 ms optimised (1.7 s build),
-the difference between meeting the recall stage's 10 ms and missing it. The build itself runs in a child process
-(`edge_optimize`); reads and writes go on meanwhile.
+the difference between meeting the recall stage's 10 ms and missing it. The build itself runs
+in a child process (`edge_optimize`); reads and writes go on meanwhile.
 
 The count is kept in memory: after a restart a shard is optimised once it has grown by
 `threshold` again. (A Qdrant server optimises by itself: its `optimize()` does nothing.)
