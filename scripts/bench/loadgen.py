@@ -43,6 +43,10 @@ _OVERTIME = 30.0  # seconds a throughput worker may run past its window to compl
 SYSTEM_PROMPT = "You are a helpful assistant. Answer briefly."
 USER_PROMPT = "Say hello to the benchmark, please."
 _session_ids = itertools.count(1)
+# Every request asks a question of its own: a memory target then embeds and searches each one,
+# as with a real conversation, rather than finding the first request's vector in the local
+# embedder's recent-query cache (which made the query's embedding free after one request).
+_questions = itertools.count(1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,11 +77,12 @@ class Target:
 
 
 def chat_body(delay_ms: int, stream: bool) -> bytes:
+    question = f"{USER_PROMPT} This is request {next(_questions)}."
     body = {
         "model": f"bench-delay-{delay_ms}",
         "messages": [
             {"role": "system", "content": SYSTEM_PROMPT},
-            {"role": "user", "content": USER_PROMPT},
+            {"role": "user", "content": question},
         ],
         "max_tokens": 64,
         "stream": stream,
@@ -176,9 +181,6 @@ class RawClient:
     def __init__(self, target: Target) -> None:
         self.target = target
         self.conn: _Connection | None = None
-        self.bodies = {
-            (stream, delay): chat_body(delay, stream) for stream in (False, True) for delay in (0,)
-        }
         t = target
         self.head = (
             f"POST {t.path} HTTP/1.1\r\nHost: {t.host}:{t.port}\r\n"
@@ -187,9 +189,7 @@ class RawClient:
         ).encode()
 
     def _request(self, stream: bool, delay_ms: int) -> bytes:
-        body = self.bodies.get((stream, delay_ms))
-        if body is None:
-            body = self.bodies.setdefault((stream, delay_ms), chat_body(delay_ms, stream))
+        body = chat_body(delay_ms, stream)
         extra = f"Content-Length: {len(body)}\r\n"
         session = self.target.session_id()
         if session is not None:
