@@ -71,6 +71,14 @@ def test_onnx_runtime_gives_torchs_vectors_and_shares_concurrent_queries() -> No
     loaded = local_embedder._models[(spec, "onnx")]
     assert not loaded.pending
 
+    # A batch with remembered texts among new ones (an indexing job's user message was the
+    # recall query): every vector in its place.
+    fresh = ["a text never embedded before", "  another new one  "]
+    mixed = [fresh[0], texts[3], fresh[1], texts[5] + "  "]
+    expected = on_torch.embed_batch(mixed)
+    for a, b in zip(on_onnx.embed_batch(mixed), expected, strict=True):
+        assert _cosine(a, b) > 0.99999
+
 
 def test_a_pipeline_the_encoder_does_not_reproduce_stays_on_torch() -> None:
     torch = pytest.importorskip("torch")

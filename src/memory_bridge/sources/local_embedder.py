@@ -110,11 +110,10 @@ class _Loaded:
         return "onnx" if self.onnx else "torch"
 
     def encode(self, texts: list[str]) -> list[list[float]]:
-        key = hashlib.sha256(texts[0].encode()).digest() if len(texts) == 1 else None
+        key = _key(texts[0]) if len(texts) == 1 else None
         if self.onnx is not None:
-            if key is None:  # a batch: outside the lock, next to other callers' passes
-                batch: list[list[float]] = self.onnx.encode(texts).tolist()
-                return batch
+            if key is None:
+                return self._batch_onnx(self.onnx, texts)
             return [self._single_onnx(self.onnx, texts[0], key)]
         with self.lock:
             # The torch path holds the lock through the forward pass: a second caller with the
@@ -128,6 +127,19 @@ class _Loaded:
             if key is not None:
                 self._remember(key, result[0])
             return result
+
+    def _batch_onnx(self, onnx: onnx_encoder.OnnxEncoder, texts: list[str]) -> list[list[float]]:
+        """Outside the lock, next to other callers' passes. A text whose vector is still
+        remembered is not embedded again: a turn's indexing job embeds its user message,
+        which was the turn's recall query a moment before."""
+        with self.lock:
+            known = [self._recent(_key(text)) for text in texts]
+        missing = [n for n, vector in enumerate(known) if vector is None]
+        if missing:
+            fresh = onnx.encode([texts[n] for n in missing]).tolist()
+            for n, vector in zip(missing, fresh, strict=True):
+                known[n] = vector
+        return [vector for vector in known if vector is not None]
 
     def _single_onnx(self, onnx: onnx_encoder.OnnxEncoder, text: str, key: bytes) -> list[float]:
         """One text's vector, computed once for concurrent callers asking for the same text."""
@@ -165,6 +177,11 @@ class _Loaded:
         self.recent[key] = list(vector)
         if len(self.recent) > RECENT:
             self.recent.popitem(last=False)
+
+
+def _key(text: str) -> bytes:
+    # Stripped: both runtimes embed a text without its surrounding whitespace.
+    return hashlib.sha256(text.strip().encode()).digest()
 
 
 _models: dict[tuple[LocalModel, Runtime], _Loaded] = {}
