@@ -677,6 +677,10 @@ class Plan:
     warm_requests: int
     rss_counts: tuple[int, int]
     cpu_counts: tuple[int, int]  # non-streaming, streaming requests for the CPU figures
+    # Pause between the latency figures' requests: a user's think time and the LLM's own
+    # latency, during which the previous turn's memory work (indexing, Mem0) runs. 0: back to
+    # back, where that work runs beside the next request (the worst case).
+    think_ms: int = 0
 
 
 @dataclass
@@ -811,6 +815,7 @@ def measure(
                         stream=kind == "stream",
                         n=n,
                         delay_ms=0,
+                        think_ms=plan.think_ms,
                     )
                     (stream if kind == "stream" else nonstream)[target.name].add(reply)
                     served[target.process] += n + 1
@@ -1102,6 +1107,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--requests", type=int, help="latency requests per target per round (streams: half as many)"
     )
     parser.add_argument("--rounds", type=int, help="interleaved rounds (default 5, quick 1)")
+    parser.add_argument(
+        "--think-ms",
+        type=int,
+        default=0,
+        help="pause between latency requests (default 0: back to back), so the previous turn's "
+        "memory work is done before the next request, as with a real LLM's latency",
+    )
     parser.add_argument("--duration", type=float, help="seconds per throughput measurement")
     parser.add_argument(
         "--rss-requests",
@@ -1187,6 +1199,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
             rss_counts=(1000, 10000),
             cpu_counts=(2000, 300),
         )
+    plan.think_ms = args.think_ms
     if args.rounds:
         plan.rounds = args.rounds
     if args.requests:

@@ -330,7 +330,11 @@ class LoadGenerator:
             return await self.check(cmd["target"], bool(cmd["stream"]))
         if kind == "latency":
             return await self.latency(
-                cmd["target"], bool(cmd["stream"]), int(cmd["n"]), int(cmd.get("delay_ms", 0))
+                cmd["target"],
+                bool(cmd["stream"]),
+                int(cmd["n"]),
+                int(cmd.get("delay_ms", 0)),
+                int(cmd.get("think_ms", 0)),
             )
         if kind == "throughput":
             return await self.throughput(
@@ -369,7 +373,9 @@ class LoadGenerator:
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             return {"ok": False, "detail": f"unexpected body ({exc!r}): {out.body[:300]!r}"}
 
-    async def latency(self, name: str, stream: bool, n: int, delay_ms: int) -> dict[str, Any]:
+    async def latency(
+        self, name: str, stream: bool, n: int, delay_ms: int, think_ms: int = 0
+    ) -> dict[str, Any]:
         client = self.client(name)
         total: list[float] = []
         ttfb: list[float] = []
@@ -378,6 +384,8 @@ class LoadGenerator:
         try:
             await client.send(stream, delay_ms)  # untimed: opens the connections on both hops
             for _ in range(n):
+                if think_ms:
+                    await asyncio.sleep(think_ms / 1000)
                 out = await client.send(stream, delay_ms)
                 if not out.ok:
                     errors.append(out.error or "?")

@@ -112,6 +112,8 @@ def test_a_baseline_build_runs_side_by_side_and_targets_can_be_chosen(
         str(REPO),  # this very tree as the "before": the columns must simply exist
         "--targets",
         "mb-pass,base-pass",
+        "--think-ms",
+        "5",
         workdir=tmp_path,
     )
     assert list(data["results"]) == ["direct", "mb-pass", "base-pass"]
@@ -120,3 +122,4 @@ def test_a_baseline_build_runs_side_by_side_and_targets_can_be_chosen(
     assert _positive(data["results"]["base-pass"]["nonstream"]["p50_ms"])
     assert data["skipped"]["mb-fresh"] == "not selected (--targets)"
     assert data["meta"]["baseline_src"] == str(REPO)
+    assert data["meta"]["plan"]["think_ms"] == 5
