@@ -10,6 +10,7 @@ the `local` extra is installed, else none — a sparse-only (BM25) index, `dims`
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -136,6 +137,20 @@ class Embedders:
             else:
                 out.extend(await self._remote(spec, batch))
         return out
+
+    def local_query(self, spec: EmbedderSpec) -> Callable[[str], list[float]] | None:
+        """A blocking call embedding one query with a local spec (None for any other), for a
+        caller already on a worker thread: recall then embeds and searches in one hop."""
+        local = spec.local
+        if local is None or spec.sparse_only:
+            return None
+
+        def embed(text: str) -> list[float]:
+            from memory_bridge.sources.local_embedder import LocalEmbedding
+
+            return LocalEmbedding(local, spec.dims).embed_batch([text])[0]
+
+        return embed
 
     async def _local(self, spec: EmbedderSpec, texts: list[str]) -> list[list[float]]:
         from memory_bridge.sources.local_embedder import LocalEmbedding
