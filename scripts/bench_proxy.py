@@ -1175,7 +1175,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--targets",
         help="measure only these columns, comma-separated (direct is always measured)",
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    # The repository, not its src/: given src/, the baseline would import nothing from it and
+    # silently run the installed (current) code in both columns.
+    if args.baseline_src is not None and not (args.baseline_src / "src" / "memory_bridge").is_dir():
+        parser.error(f"--baseline-src: no src/memory_bridge under {args.baseline_src}")
+    return args
 
 
 def make_plan(args: argparse.Namespace) -> Plan:

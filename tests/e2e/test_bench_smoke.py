@@ -6,6 +6,8 @@ anything is: no assertion here depends on timing.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -123,3 +125,21 @@ def test_a_baseline_build_runs_side_by_side_and_targets_can_be_chosen(
     assert data["skipped"]["mb-fresh"] == "not selected (--targets)"
     assert data["meta"]["baseline_src"] == str(REPO)
     assert data["meta"]["plan"]["think_ms"] == 5
+
+
+def test_a_baseline_given_as_its_src_folder_is_refused() -> None:
+    """Given `<repo>/src`, the baseline would silently run the installed (current) code."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "scripts" / "bench_proxy.py"),
+            "--baseline-src",
+            str(REPO / "src"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "no src/memory_bridge under" in done.stderr
