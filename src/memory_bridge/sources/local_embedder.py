@@ -19,8 +19,9 @@ the memory pool's threads take turns), and the vectors do not change (cosine 0.9
 
 The last few single-text vectors are kept per model (by a digest of the text): a request's
 recall embeds the same query for the episodic index and for Mem0's search, in parallel, and the
-second caller, waiting on the model's lock, then finds the first one's vector instead of
-spending another forward pass on it.
+second caller gets the first one's vector (on torch by waiting on the model's lock, on ONNX
+Runtime by waiting on the pass under way) instead of spending another forward pass on it; a
+batch (a turn's indexing job) takes the vectors it finds there too.
 
 Where `onnxruntime` is installed (the `local` extra) and the model is a plain transformer with
 mean pooling, the forward pass runs on ONNX Runtime instead (`sources.onnx_encoder`: the same
