@@ -13,7 +13,7 @@ import pytest
 from memory_bridge.sources.longterm import config as mem0_config
 from memory_bridge.sources.longterm import pool as pool_module
 from memory_bridge.sources.longterm.mem0_store import EngineStore
-from memory_bridge.sources.longterm.points import MEMORY_KIND
+from memory_bridge.sources.longterm.points import MEMORY_KIND, from_mem0_result
 from memory_bridge.sources.longterm.pool import Mem0Pool
 from memory_bridge.tenancy.config import validate_config
 from memory_bridge.vectors.edge import EdgeEngine
@@ -214,6 +214,41 @@ async def test_pool_used_directly_with_raw_adds_that_carry_metadata(
     await pool.close_all(5)
     with pytest.raises(RuntimeError):
         await pool.search(spec, ns, "anything", 1)
+
+
+async def test_search_answers_as_mem0s_own_search_does(
+    tmp_path: Path,
+    upstream_server: tuple[FakeUpstream, str],
+    vectors: VectorEngine,
+) -> None:
+    """The pool reads the store directly (no 60-candidate over-fetch): the same memories,
+    order, scores and metadata as `Memory.search`, its threshold included."""
+    pool, spec = _direct_pool(tmp_path, upstream_server[1], vectors)
+    ns = mem0_config.namespace(1, "u1")
+    items = [
+        ("Caroline went to an LGBTQ support group", {"dia_id": "D1:3"}),
+        ("Melanie painted a sunrise over the lake", {"dia_id": "D1:7"}),
+        ("Caroline is researching adoption agencies", {"dia_id": "D2:1"}),
+        ("Melanie's kids love the pottery class", {"dia_id": "D2:9"}),
+        ("The camping trip was in the mountains", {"dia_id": "D3:2"}),
+    ]
+    assert await pool.add_raw(spec, ns, items) == len(items)
+    memory = pool.current(1)
+    below_threshold = 0
+    for query in ("what did melanie paint", "adoption", "zzz qqq", "camping mountains"):
+        for limit in (1, 3, 10):
+            ours = await pool.search(spec, ns, query, limit)
+            theirs = await pool.executor.run(
+                lambda q=query, n=limit: memory.search(q, filters={"user_id": ns}, top_k=n)
+            )
+            want = [from_mem0_result(item) for item in theirs["results"]]
+            assert [(m.id, m.text, m.metadata) for m in ours] == [
+                (m.id, m.text, m.metadata) for m in want
+            ]
+            assert [m.score for m in ours] == pytest.approx([m.score for m in want])
+            below_threshold += len(want) < min(limit, len(items))
+    assert below_threshold > 0  # the threshold was exercised
+    await pool.close_all(5)
 
 
 async def test_end_users_of_one_token_stay_apart_under_concurrent_writes(

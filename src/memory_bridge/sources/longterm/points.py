@@ -115,9 +115,15 @@ def to_mem0(token_id: int, payload: PointPayload) -> dict[str, Any]:
 
 
 def to_stored(token_id: int, point: StoredPoint, score: float | None = None) -> StoredMemory:
-    data = to_mem0(token_id, point.payload)
+    return from_mem0_payload(point.id, to_mem0(token_id, point.payload), score)
+
+
+def from_mem0_payload(
+    point_id: str, data: Mapping[str, Any], score: float | None = None
+) -> StoredMemory:
+    """A memory from its payload as Mem0 wrote it (`to_mem0`)."""
     return StoredMemory(
-        id=point.id,
+        id=point_id,
         text=str(data.get("data") or ""),
         namespace=str(data.get("user_id") or ""),
         created_at=_opt_str(data.get("created_at")),
