@@ -245,3 +245,47 @@ async def test_stopping_releases_only_the_leases_whose_work_a_cancel_ends(db: Da
     found = await db.run(leases)
     assert found["safe"] == (queue.PENDING, None)  # claimable at once by the next worker
     assert found["unsafe"] == (queue.RUNNING, worker.owner)  # left to expire
+
+
+async def test_a_claim_does_not_walk_the_finished_jobs_of_its_session(tmp_path: Any) -> None:
+    """A session's order key gathers every finished job of the session; whether an earlier
+    job of it is still open must be a seek in the order index (which holds the status), so
+    the work of a claim (SQLite VM steps, counted) stays flat as the session grows."""
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'q.sqlite'}")
+    await create_schema(engine)
+    db = session_factory(engine)
+
+    async def claim_steps(key: str, finished: int) -> int:
+        def fill(conn: Connection) -> None:
+            for i in range(finished):
+                queue.enqueue(conn, f"{key}-{i}", 1, key, ["c"])
+            conn.execute(update(jobs).where(jobs.c.order_key == key).values(status=queue.DONE))
+            queue.enqueue(conn, f"{key}-last", 1, key, ["c"])
+
+        def claim(conn: Connection) -> tuple[list[Job], int]:
+            driver = conn.connection.driver_connection
+            assert driver is not None
+            steps = [0]
+
+            def tick() -> int:
+                steps[0] += 1
+                return 0  # go on
+
+            driver.set_progress_handler(tick, 1)
+            try:
+                return queue.claim(conn, "w", 10, 60, ["c"]), steps[0]
+            finally:
+                driver.set_progress_handler(None, 1)
+
+        await db.write(fill)
+        found, steps = await db.write(claim)
+        assert [j.event_id for j in found] == [f"{key}-last"]
+        return steps
+
+    try:
+        short = await claim_steps("short", 10)
+        long = await claim_steps("long", 2000)
+        assert long < 2 * short, (short, long)
+    finally:
+        await db.close()
+        await engine.dispose()

@@ -117,7 +117,9 @@ jobs = Table(
     Column("updated_at", Float, nullable=False),
     UniqueConstraint("event_id", "consumer", name="uq_jobs_event_consumer"),
     Index("ix_jobs_claim", "status", "next_attempt_at"),
-    Index("ix_jobs_order", "order_key", "consumer", "id"),
+    # With the status: a claim asks, per candidate, whether an earlier job of its order key is
+    # still open, and one session's order key gathers every finished job of the session.
+    Index("ix_jobs_order_status", "order_key", "consumer", "status", "id"),
     Index("ix_jobs_token", "token_id", "status"),
 )
 
