@@ -138,6 +138,7 @@ class Runtime:
             poll=settings.job_poll_seconds,
             max_attempts=settings.job_max_attempts,
             backoff=settings.job_backoff_seconds,
+            retention=settings.job_retention_seconds,
         )
         # Shard optimisation is started by the worker, off every request's path.
         after_job = self.optimizer.poke if self.optimizer is not None else None

@@ -95,6 +95,7 @@ class Settings(BaseSettings):
     job_poll_seconds: float = Field(default=1.0, gt=0)
     job_max_attempts: int = Field(default=5, gt=0)
     job_backoff_seconds: float = Field(default=2.0, gt=0)
+    job_retention_seconds: float = Field(default=7 * 86400.0, gt=0)
 
     # Bounds on what a client (or an upstream) can make the proxy hold (docs/configuration.md).
     max_request_bytes: int = Field(default=32 * 1024 * 1024, gt=0)

@@ -289,3 +289,37 @@ async def test_a_claim_does_not_walk_the_finished_jobs_of_its_session(tmp_path: 
     finally:
         await db.close()
         await engine.dispose()
+
+
+async def test_done_jobs_go_after_their_retention_and_the_others_stay(db: Database) -> None:
+    consumer = _Recorder({"refused": [PermanentFailure("no")]})
+    for event_id in ("old", "new", "refused"):
+        await _append_event(db, event_id, f"s-{event_id}")
+    first = JobWorker(db, {"c": consumer}, WorkerSettings(poll=0.05))  # a week's retention
+    assert await _drain(first, db, 3) == {
+        "old": queue.DONE,
+        "new": queue.DONE,
+        "refused": queue.FAILED,
+    }
+    two_hours_ago = time.time() - 7200
+    await db.write(
+        lambda conn: conn.execute(
+            update(jobs)
+            .where(jobs.c.event_id.in_(["old", "refused"]))
+            .values(updated_at=two_hours_ago)
+        )
+    )
+    # A batch never takes more than its `limit`.
+    assert await db.write(lambda conn: queue.purge_done(conn, time.time() - 3600, 0)) == 0
+
+    settings = WorkerSettings(poll=0.05, retention=3600, purge_every=0.05)
+    worker = JobWorker(db, {"c": consumer}, settings)
+    worker.start()
+    try:
+        deadline = time.monotonic() + 30
+        while "old" in await _statuses(db) and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+    finally:
+        await worker.stop(5)
+    # The failed job waits for an operator whatever its age; a recent done job stays.
+    assert await _statuses(db) == {"new": queue.DONE, "refused": queue.FAILED}

@@ -26,6 +26,7 @@ from sqlalchemy import (
     and_,
     bindparam,
     case,
+    delete,
     exists,
     func,
     insert,
@@ -220,6 +221,19 @@ def successor_waiting(conn: Connection, job: Job) -> bool:
     from being claimed until it ended (a worker looks for it at once rather than at its poll)."""
     params = {"job_order_key": job.order_key, "job_consumer": job.consumer, "job_id": job.id}
     return conn.execute(_SUCCESSOR, params).first() is not None
+
+
+def purge_done(conn: Connection, ended_before: float, limit: int) -> int:
+    """Delete up to `limit` jobs that ended `done` before `ended_before`; how many went. A done
+    job is no longer read by anything (order checks look at open jobs only), while every turn
+    adds one per consumer; failed and unknown jobs wait for an operator and stay."""
+    chosen = (
+        select(jobs.c.id)
+        .where(jobs.c.status == DONE, jobs.c.updated_at < ended_before)
+        .limit(limit)
+        .scalar_subquery()
+    )
+    return int(conn.execute(delete(jobs).where(jobs.c.id.in_(chosen))).rowcount)
 
 
 def retry_later(conn: Connection, job: Job, delay: float, error: str) -> bool:

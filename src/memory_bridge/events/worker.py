@@ -17,6 +17,7 @@ import asyncio
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -34,6 +35,8 @@ from memory_bridge.storage.db import Database
 from memory_bridge.storage.tables import memory_events
 
 log = logging.getLogger(__name__)
+# Done jobs deleted per write: a short hold of the writer, whatever the backlog.
+PURGE_BATCH = 1000
 
 
 class Consumer(Protocol):
@@ -57,6 +60,8 @@ class WorkerSettings:
     max_attempts: int = 5
     backoff: float = 2.0  # seconds before the first retry; doubles each time
     max_backoff: float = 300.0
+    retention: float = 7 * 86400.0  # how long a done job is kept (seconds since it ended)
+    purge_every: float = 600.0  # seconds between two looks for done jobs past their retention
 
 
 def worker_id() -> str:
@@ -86,6 +91,7 @@ class JobWorker:
         # ended job's successor waits (its end said so), or on a wake-up or the poll.
         self._full = False
         self._loop_task: asyncio.Task[None] | None = None
+        self._next_purge = 0.0  # time.monotonic() of the next look for expired done jobs
         self.completed = 0
 
     def wake(self) -> None:
@@ -114,11 +120,27 @@ class JobWorker:
             self._full = free <= 0 or len(claimed) == free
             if claimed and len(claimed) == free:
                 continue  # more may be waiting
+            await self._purge_done()
             try:
                 async with asyncio.timeout(self._settings.poll):
                     await self._wake.wait()
             except TimeoutError:
                 pass
+
+    async def _purge_done(self) -> None:
+        """One bounded batch of done jobs past their retention, when one is due: the queue
+        would otherwise keep a row per turn and consumer for ever. A full batch makes the next
+        idle moment look again; a short one waits `purge_every`."""
+        if time.monotonic() < self._next_purge:
+            return
+        cutoff = time.time() - self._settings.retention
+        try:
+            gone = await self._db.write(lambda conn: queue.purge_done(conn, cutoff, PURGE_BATCH))
+        except Exception as exc:
+            gone = 0
+            log.error("removing done jobs failed: %s", type(exc).__name__)
+        if gone < PURGE_BATCH:
+            self._next_purge = time.monotonic() + self._settings.purge_every
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._running.pop(task, None)
