@@ -31,7 +31,7 @@ from memory_bridge.events.model import StoredEvent
 from memory_bridge.events.queue import Job
 from memory_bridge.request_context import request_id_var
 from memory_bridge.sources.base import JobStep, OutcomeUnknown, PermanentFailure
-from memory_bridge.storage.db import Database
+from memory_bridge.storage.db import Database, mark_background
 from memory_bridge.storage.tables import memory_events
 
 log = logging.getLogger(__name__)
@@ -102,6 +102,7 @@ class JobWorker:
         self._loop_task = asyncio.create_task(self.run(), name="memory-bridge-jobs")
 
     async def run(self) -> None:
+        mark_background()  # its jobs' tasks, started below, inherit it
         while not self._stopping:
             # Cleared before looking: a wake-up that comes while the claim runs (a turn
             # enqueued meanwhile) is kept, and makes the next look immediate.

@@ -15,9 +15,11 @@ import asyncio
 import contextlib
 import logging
 import sqlite3
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -37,6 +39,66 @@ from memory_bridge.tenancy.private_files import private_dir, private_file, tight
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 Work = Callable[[Connection], T]
+# Whether the running task's writes are background work (the job worker's, trace batches).
+_background: ContextVar[bool] = ContextVar("memory_bridge_background_writes", default=False)
+# Turns a request's writes may take in a row while a background write waits.
+FAVOUR_LIMIT = 8
+
+
+def mark_background() -> None:
+    """The current task, and every task it starts from now on, writes as background work: on
+    SQLite a request's write takes the writer's next turn before it (`WriteTurns`)."""
+    _background.set(True)
+
+
+class WriteTurns:
+    """SQLite's one writer, taken in turns within this process (a FIFO per kind of work).
+
+    A request's write (a turn's commit, on the response's path) goes before background writes
+    already waiting — the worker's claims, fact events and ends, trace batches — which cost the
+    response up to 4 ms (p90) in line before it (docs/performance.md); at most `FAVOUR_LIMIT`
+    in a row while one waits, so the background is never starved.
+    """
+
+    def __init__(self) -> None:
+        self._held = False
+        self._waiting: tuple[deque[asyncio.Future[None]], ...] = (deque(), deque())
+        self._favoured = 0  # request turns given in a row while a background write waited
+
+    async def acquire(self) -> None:
+        if not self._held and not any(self._waiting):
+            self._held = True
+            return
+        lane = self._waiting[1 if _background.get() else 0]
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        lane.append(turn)
+        try:
+            await turn
+        except asyncio.CancelledError:
+            if turn.done() and not turn.cancelled():
+                self.release()  # the turn arrived with the cancellation: pass it on
+            elif turn in lane:
+                lane.remove(turn)
+            raise
+
+    def release(self) -> None:
+        requests, background = self._waiting
+        while requests or background:
+            if background and (not requests or self._favoured >= FAVOUR_LIMIT):
+                turn, self._favoured = background.popleft(), 0
+            else:
+                turn = requests.popleft()
+                self._favoured = self._favoured + 1 if background else 0
+            if not turn.done():  # a cancelled waiter is skipped
+                turn.set_result(None)
+                return  # handed over: still held
+        self._held = False
+
+    async def __aenter__(self) -> None:
+        await self.acquire()
+
+    async def __aexit__(self, *_exc: object) -> None:
+        self.release()
 
 
 def create_engine(url: str) -> AsyncEngine:
@@ -175,16 +237,16 @@ class Database(async_sessionmaker[AsyncSession]):
 
     Write units and session write transactions (`begin()`) take turns within this process on
     SQLite: it has one writer at a time, and connections that collide wait in its busy
-    handler, which sleeps in growing steps (up to 100 ms); an asyncio lock keeps the wait as
-    short as the write before it. Readers are unaffected (WAL). PostgreSQL has row locks and
-    needs no such turn-taking.
+    handler, which sleeps in growing steps (up to 100 ms); taking turns (`WriteTurns`, a
+    request's writes first) keeps the wait as short as the write before it. Readers are
+    unaffected (WAL). PostgreSQL has row locks and needs no such turn-taking.
     """
 
     def __init__(self, engine: AsyncEngine) -> None:
         super().__init__(engine, expire_on_commit=False)
         self.engine = engine
         sqlite = engine.dialect.name == "sqlite"
-        self._write_turn: asyncio.Lock | None = asyncio.Lock() if sqlite else None
+        self._write_turn: WriteTurns | None = WriteTurns() if sqlite else None
         file = sqlite and engine.url.database not in (None, "", ":memory:")
         self._own: _OwnThread | None = _OwnThread(engine.url) if file else None
         # A read unit needs no transaction of its own: no BEGIN/ROLLBACK round trips.

@@ -19,7 +19,7 @@ from typing import Any
 
 from sqlalchemy import Connection, delete, insert, select
 
-from memory_bridge.storage.db import Database
+from memory_bridge.storage.db import Database, mark_background
 from memory_bridge.storage.tables import context_traces
 
 log = logging.getLogger(__name__)
@@ -59,6 +59,7 @@ class TraceStore:
             self._flusher = asyncio.create_task(self._flush_soon())
 
     async def _flush_soon(self) -> None:
+        mark_background()  # a batch of traces never goes before a request's write
         if len(self._queued) < _MAX_BATCH:
             await asyncio.sleep(self._interval)
         while self._queued:
