@@ -306,7 +306,7 @@ async def test_done_jobs_go_after_their_retention_and_the_others_stay(db: Databa
         lambda conn: conn.execute(
             update(jobs)
             .where(jobs.c.event_id.in_(["old", "refused"]))
-            .values(updated_at=two_hours_ago)
+            .values(next_attempt_at=two_hours_ago - 1, updated_at=two_hours_ago)
         )
     )
     # A batch never takes more than its `limit`.

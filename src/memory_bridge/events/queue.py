@@ -229,7 +229,13 @@ def purge_done(conn: Connection, ended_before: float, limit: int) -> int:
     adds one per consumer; failed and unknown jobs wait for an operator and stay."""
     chosen = (
         select(jobs.c.id)
-        .where(jobs.c.status == DONE, jobs.c.updated_at < ended_before)
+        # A job is claimed at or after `next_attempt_at` and ends later still: the bound on it
+        # excludes nothing, and lets the claim index skip the done jobs still kept.
+        .where(
+            jobs.c.status == DONE,
+            jobs.c.next_attempt_at < ended_before,
+            jobs.c.updated_at < ended_before,
+        )
         .limit(limit)
         .scalar_subquery()
     )
