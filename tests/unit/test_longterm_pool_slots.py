@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from memory_bridge.sources.longterm import config as mem0_config
+from memory_bridge.sources.longterm.mem0_store import Found
 from memory_bridge.sources.longterm.pool import Mem0Pool
 from memory_bridge.tenancy.config import validate_config
 from memory_bridge.vectors.edge import EdgeEngine
@@ -30,8 +31,19 @@ class _SlowWrites:
         self.gate.wait(10)
         return {"results": [{"id": "1"}]}
 
-    def search(self, query: str, **kwargs: Any) -> dict[str, Any]:
-        return {"results": [{"id": "m1", "memory": query, "user_id": kwargs["filters"]["user_id"]}]}
+    @property
+    def embedding_model(self) -> Any:
+        return self  # the pool's search embeds with it, then asks `vector_store`
+
+    @property
+    def vector_store(self) -> Any:
+        return self
+
+    def embed(self, text: str, action: str) -> list[float]:
+        return [1.0] * 8
+
+    def search(self, query: str, vectors: Any, top_k: int, filters: Any) -> list[Found]:
+        return [Found("m1", {"data": query, "user_id": filters["user_id"]}, 1.0)]
 
     def close(self) -> None:
         pass
