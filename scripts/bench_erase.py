@@ -9,7 +9,7 @@ A fresh data directory (SQLite + Qdrant Edge) gets one token whose episodic shar
 `--others` points of other users, with the matching log: one `session.appended` event (and its
 projected `messages` rows and a finished job) per two of alice's messages, spread over 50
 sessions. Then `lifecycle.erase.erase_user` runs once, as the admin endpoint calls it, with
-the real runtime (`open_runtime`), and the wall time is printed: the database transaction
+the real runtime (`open_memory_services`), and the wall time is printed: the database transaction
 (events, jobs, projections, traces, tombstone, WAL truncation) plus the vector sweep (delete by
 filter, then the shard rewritten without her, which copies the other users' points).
 Long-term memory (Mem0) is off for the token: its delete is Mem0's own and not measured here.
@@ -31,8 +31,8 @@ from sqlalchemy import Connection
 from memory_bridge.events import log, queue
 from memory_bridge.events.model import EventType, NewEvent, session_aggregate
 from memory_bridge.lifecycle.erase import erase_user
-from memory_bridge.runtime import open_runtime
 from memory_bridge.settings import Settings
+from memory_bridge.sources.services import open_memory_services
 from memory_bridge.tenancy.config import validate_config
 from memory_bridge.vectors.index import PointPayload, VectorPoint, Where
 
@@ -92,7 +92,7 @@ async def run(memories: int, others: int, dims: int) -> None:
             memory_bridge_data_dir=Path(tmp),
             database_url="",
         )
-        runtime = await open_runtime(settings)
+        runtime = await open_memory_services(settings)
         try:
             config = validate_config({"name": "bench", "llm_base_url": "http://127.0.0.1:9/v1"})
             record, _ = await runtime.tokens.create(config)

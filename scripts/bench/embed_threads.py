@@ -23,7 +23,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.locomo import DEFAULT_DATA, load, percentile
-from memory_bridge.sources.local_embedder import (
+from memory_bridge.embedding.local import (
     DEFAULT_DIMS,
     LocalEmbedding,
     LocalModel,

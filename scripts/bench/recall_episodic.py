@@ -35,14 +35,14 @@ import httpx
 
 from bench.locomo import Conversation, Scored, Turn, by_category, score, summarize
 from memory_bridge.context.forge.rank import RankWeights, rank
-from memory_bridge.messages import Message
+from memory_bridge.core.blocking import BlockingExecutor
+from memory_bridge.core.messages import Message
+from memory_bridge.core.turn import Reply, Scope
+from memory_bridge.core.turn import Turn as ChatTurn
+from memory_bridge.embedding.embedders import Embedders, EmbedderSpec, embedder_spec
 from memory_bridge.sources.base import Exchange
-from memory_bridge.sources.blocking import BlockingExecutor
-from memory_bridge.sources.embedder import Embedders, EmbedderSpec, embedder_spec
 from memory_bridge.sources.episodic import MAX_TEXT_CHARS, EpisodicMemory
 from memory_bridge.tenancy.config import TokenConfig
-from memory_bridge.turn import Reply, Scope
-from memory_bridge.turn import Turn as ChatTurn
 from memory_bridge.vectors.edge import EdgeEngine
 
 TIMEOUT = 120.0  # generous: the benchmark measures latency, it does not enforce it

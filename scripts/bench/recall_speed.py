@@ -33,14 +33,14 @@ import numpy as np
 from bench.locomo import Conversation, Turn, percentile
 from bench.recall_episodic import TIMEOUT, EpisodicBench
 from memory_bridge.context.forge.rank import RankWeights, rank
-from memory_bridge.messages import Message
-from memory_bridge.sources import local_embedder
+from memory_bridge.core.blocking import BlockingExecutor
+from memory_bridge.core.messages import Message
+from memory_bridge.core.turn import Reply, Scope
+from memory_bridge.core.turn import Turn as ChatTurn
+from memory_bridge.embedding import local as local_embedder
+from memory_bridge.embedding.embedders import Embedders, EmbedderSpec
 from memory_bridge.sources.base import Exchange
-from memory_bridge.sources.blocking import BlockingExecutor
-from memory_bridge.sources.embedder import Embedders, EmbedderSpec
 from memory_bridge.sources.episodic import DEPTH, KIND, PREFETCH, EpisodicMemory
-from memory_bridge.turn import Reply, Scope
-from memory_bridge.turn import Turn as ChatTurn
 from memory_bridge.vectors.index import VectorIndex, Where
 
 TOKEN = 1000  # apart from the quality stage's tokens

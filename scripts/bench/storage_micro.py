@@ -42,12 +42,12 @@ from sqlalchemy import create_engine as create_sync_engine
 from sqlalchemy import event, insert, select
 from sqlalchemy.engine import Engine, make_url
 
-from memory_bridge.messages import Message
-from memory_bridge.storage.curated import CuratedRepository, CuratedSnapshot
+from memory_bridge.core.messages import Message
+from memory_bridge.core.turn import Scope
+from memory_bridge.events.curated import CuratedRepository, CuratedSnapshot
 from memory_bridge.storage.db import Database, _sqlite_pragmas, create_engine, create_schema
 from memory_bridge.storage.sessions import SessionRepository, stored_form
 from memory_bridge.storage.tables import curated, messages
-from memory_bridge.turn import Scope
 
 Request = Callable[[int], Awaitable[None]]
 EXCHANGE = [

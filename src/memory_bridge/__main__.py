@@ -1,3 +1,3 @@
-from memory_bridge.cli import main
+from memory_bridge.cli.main import main
 
 main()

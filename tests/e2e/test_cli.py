@@ -18,7 +18,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from memory_bridge.cli import cli
+from memory_bridge.cli.main import cli
 from tests.fakes.upstream import FakeUpstream, Scenario
 from tests.support.loopback import LoopbackServer
 from tests.support.proxy import REPO

@@ -1,4 +1,4 @@
-"""A stand-in for the Qdrant server binary, to exercise `memory_bridge.qdrant_process` for real.
+"""A stand-in for the Qdrant server binary, to exercise `server.qdrant_process` for real.
 
 Run it as ``python tests/fakes/qdrant_standin.py`` (tests wrap it in a two-line shell script
 that ``exec``s it, so it is "a binary" like Qdrant's and gets the signals directly).

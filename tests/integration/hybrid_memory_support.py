@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from memory_bridge.app import create_app
+from memory_bridge.server.app import create_app
 from tests.fakes.gateway import FakeGateway
 from tests.integration.chat_helpers import Msg, assistant, system, user
 from tests.support.loopback import LoopbackServer

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
-from memory_bridge.logs import RequestIdFilter
+from memory_bridge.server.logs import RequestIdFilter
 from memory_bridge.sources.longterm.config import MODEL_PREFIX
 from memory_bridge.sources.longterm.pool import Mem0Pool
 from memory_bridge.sources.longterm.source import LongTermMemory

@@ -21,8 +21,8 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from memory_bridge.app import create_app
-from memory_bridge.http.admin_schemas import MAX_DB_ID
+from memory_bridge.http.admin.schemas import MAX_DB_ID
+from memory_bridge.server.app import create_app
 from tests.integration.longterm_support import chat, memories, memory_fields, wait_until
 from tests.support.admin_routers import admin_operations
 from tests.support.proxy import Proxy, make_settings, start_proxy

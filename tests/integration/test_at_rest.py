@@ -18,8 +18,8 @@ import pytest
 from cryptography.fernet import Fernet, InvalidToken
 from typer.testing import CliRunner
 
-from memory_bridge.app import create_app
-from memory_bridge.cli import cli, initialise
+from memory_bridge.cli.main import cli, initialise
+from memory_bridge.server.app import create_app
 from memory_bridge.tenancy.encryption import SEALED_PREFIX, read_key_file
 from memory_bridge.tenancy.private_files import write_private
 from memory_bridge.tenancy.secrets import digest

@@ -74,7 +74,7 @@ def test_unknown_paths_still_need_auth(proxy: Proxy) -> None:
 
 def test_auth_does_not_fail_open_on_an_empty_database(tmp_path, upstream_server) -> None:  # type: ignore[no-untyped-def]
     """A server whose database holds no tokens at all still refuses everything."""
-    from memory_bridge.app import create_app
+    from memory_bridge.server.app import create_app
     from tests.support.loopback import LoopbackServer
     from tests.support.proxy import make_settings
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner, Result
 
-from memory_bridge.cli import SENTINEL_DONE, cli
+from memory_bridge.cli.main import SENTINEL_DONE, cli
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.chat_helpers import closed_port_url
 from tests.integration.longterm_support import memory_fields

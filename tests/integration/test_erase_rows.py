@@ -11,14 +11,14 @@ from collections.abc import AsyncIterator
 import pytest
 from sqlalchemy import ColumnElement, Connection, Table, func, insert, select
 
+from memory_bridge.core.messages import Message
+from memory_bridge.core.turn import Reply, Scope
 from memory_bridge.events import log, queue
 from memory_bridge.events.model import EventType, NewEvent, session_aggregate
 from memory_bridge.events.recorder import TurnRecorder
 from memory_bridge.lifecycle import erase_rows
-from memory_bridge.messages import Message
 from memory_bridge.storage.db import Database, create_engine, create_schema, session_factory
 from memory_bridge.storage.tables import context_traces, events, jobs, memory_events, messages
-from memory_bridge.turn import Reply, Scope
 
 TOKEN = 7
 

@@ -15,8 +15,8 @@ from alembic.config import Config
 from alembic.script import ScriptDirectory
 from sqlalchemy import inspect
 
-from memory_bridge.app import create_app
-from memory_bridge.cli import _rotate_admin
+from memory_bridge.cli.main import _rotate_admin
+from memory_bridge.server.app import create_app
 from memory_bridge.storage.db import create_engine
 from memory_bridge.storage.tables import metadata
 from tests.fakes.upstream import FakeUpstream, Scenario

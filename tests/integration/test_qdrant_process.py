@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-from memory_bridge.qdrant_process import (
+from memory_bridge.server.qdrant_process import (
     QdrantProcess,
     QdrantProcessConfig,
     QdrantStartError,
@@ -337,7 +337,7 @@ def test_watch_needs_a_started_process_and_only_once(
 def test_a_failing_exit_callback_is_logged(
     tmp_path: Path, binary: Path, processes: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.ERROR, logger="memory_bridge.qdrant_process")
+    caplog.set_level(logging.ERROR, logger="memory_bridge.server.qdrant_process")
     process = processes(_config(tmp_path, binary, env={"STANDIN_EXIT_AFTER": "0.5"}))
     process.start()
     called = threading.Event()
@@ -357,7 +357,7 @@ def test_a_failing_exit_callback_is_logged(
 def test_the_watcher_notices_a_crash(
     tmp_path: Path, binary: Path, processes: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.ERROR, logger="memory_bridge.qdrant_process")
+    caplog.set_level(logging.ERROR, logger="memory_bridge.server.qdrant_process")
     config = _config(tmp_path, binary, env={"STANDIN_EXIT_AFTER": "1"})
     process = processes(config)
     process.start()

@@ -181,7 +181,7 @@ def test_the_rebuild_command_follows_a_running_server(
 ) -> None:
     from typer.testing import CliRunner
 
-    from memory_bridge.cli import cli
+    from memory_bridge.cli.main import cli
 
     proxy = fast_proxy
     token_id, token = proxy.create_token()

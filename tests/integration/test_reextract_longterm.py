@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from memory_bridge.cli import cli
+from memory_bridge.cli.main import cli
 from tests.fakes.upstream import FakeUpstream, Scenario, extract_user_facts
 from tests.integration.longterm_support import (
     Running,

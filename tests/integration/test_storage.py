@@ -14,15 +14,15 @@ from sqlalchemy import Connection, insert, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from memory_bridge.messages import Message
-from memory_bridge.storage.curated import CuratedRepository, CuratedSnapshot
+from memory_bridge.core.messages import Message
+from memory_bridge.core.turn import Scope
+from memory_bridge.events.curated import CuratedRepository, CuratedSnapshot
+from memory_bridge.storage.audit import AuditLog
 from memory_bridge.storage.db import Database, create_engine, create_schema, session_factory
-from memory_bridge.storage.events import EventLog
 from memory_bridge.storage.sessions import SessionRepository, stored_form
 from memory_bridge.storage.tables import curated, messages
 from memory_bridge.storage.tokens import TokenStore
 from memory_bridge.tenancy.config import validate_config
-from memory_bridge.turn import Scope
 from tests.support.databases import fresh_postgres_url, needs_postgres
 
 
@@ -109,7 +109,7 @@ async def test_session_history_is_scoped_and_ordered(db: Database) -> None:
 
 
 async def test_events_filter_and_purge(db: Database) -> None:
-    log = EventLog(db)
+    log = AuditLog(db)
     s1 = Scope(token_id=5, session="s1")
     s2 = Scope(token_id=5, session="s2")
     await log.record(s1, "memory_gateway_recall_failed", "abcd1234", {"category": "timeout"})

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from memory_bridge.app import create_app
+from memory_bridge.server.app import create_app
 from tests.fakes.upstream import FakeUpstream
 from tests.support.loopback import LoopbackServer
 from tests.support.proxy import Proxy, make_settings

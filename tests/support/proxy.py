@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 import openai
 
-from memory_bridge.app import create_app
-from memory_bridge.cli import initialise
+from memory_bridge.cli.main import initialise
+from memory_bridge.server.app import create_app
 from memory_bridge.settings import Settings
 from tests.support.loopback import LoopbackServer
 

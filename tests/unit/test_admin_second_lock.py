@@ -4,6 +4,7 @@ even if the edge middleware (not present here) had let a service token through."
 from __future__ import annotations
 
 import re
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -31,8 +32,7 @@ def _admin_app() -> FastAPI:
     for router in admin_routers():
         app.include_router(router)
     # Enough state for one route to answer when the lock opens; no other route gets this far.
-    app.state.tokens = _EmptyStore()
-    app.state.sources = ()
+    app.state.services = SimpleNamespace(memory=SimpleNamespace(tokens=_EmptyStore(), sources=()))
     return app
 
 

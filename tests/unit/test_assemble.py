@@ -6,7 +6,7 @@ import pytest
 
 from memory_bridge.context.assemble import assemble
 from memory_bridge.context.template import MemoryTemplate, TemplateError, load_template
-from memory_bridge.messages import Message, parse_messages
+from memory_bridge.core.messages import Message, parse_messages
 from memory_bridge.sources.base import Recall
 
 TEMPLATE = MemoryTemplate("Known facts {braces ok}:\n{memories}")

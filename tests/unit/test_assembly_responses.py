@@ -9,7 +9,7 @@ from typing import Any
 
 from memory_bridge.context.assemble import assemble, assemble_responses
 from memory_bridge.context.template import MemoryTemplate
-from memory_bridge.messages import Message, parse_messages
+from memory_bridge.core.messages import Message, parse_messages
 from memory_bridge.sources.base import Recall
 
 TEMPLATE = MemoryTemplate("Known:\n{memories}")

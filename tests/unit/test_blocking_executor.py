@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from memory_bridge.request_context import request_id_var
-from memory_bridge.sources.blocking import BlockingExecutor
+from memory_bridge.core.blocking import BlockingExecutor
+from memory_bridge.core.request_context import request_id_var
 
 
 async def test_runs_in_a_thread_with_the_callers_context() -> None:

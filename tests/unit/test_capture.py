@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memory_bridge.chat.capture import StreamCapture, reply_from_json
-from memory_bridge.turn import Reply
+from memory_bridge.core.turn import Reply
 
 DONE = b"data: [DONE]\n\n"
 USAGE = {"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12}

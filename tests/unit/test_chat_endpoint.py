@@ -33,7 +33,7 @@ def _scope(handler: Any) -> dict[str, Any]:
         "method": "POST",
         "path": "/v1/chat/completions",
         "headers": [(b"content-type", b"application/json")],
-        "app": SimpleNamespace(state=SimpleNamespace(chat=handler)),
+        "app": SimpleNamespace(state=SimpleNamespace(services=SimpleNamespace(chat=handler))),
         "state": {
             "request_id": "rid-1",
             "started": 0.0,

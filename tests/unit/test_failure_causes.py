@@ -11,12 +11,12 @@ import pytest
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
 from memory_bridge.context.recall import recall_all
-from memory_bridge.errors import ProxyError
+from memory_bridge.core.errors import ProxyError
+from memory_bridge.core.turn import Scope, Turn
 from memory_bridge.sources.base import OnRecallFailure, Recall
 from memory_bridge.sources.failures import RecallFailed, classify
 from memory_bridge.sources.longterm.config import Mem0ConfigError
 from memory_bridge.tenancy.config import TokenConfig
-from memory_bridge.turn import Scope, Turn
 from memory_bridge.vectors.index import DimensionMismatch, VectorIndexError
 
 REQUEST = httpx.Request("POST", "http://embedder.test/v1/embeddings")
@@ -91,7 +91,7 @@ def _chained(outer: Exception, inner: BaseException) -> Exception:
             False,
         ),
         (
-            _raised_from("memory_bridge.sources.local_embedder", ValueError("embed_dims")),
+            _raised_from("memory_bridge.embedding.local", ValueError("embed_dims")),
             "local_embedder_error",
             False,
         ),

@@ -7,11 +7,11 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory_bridge.candidates import Candidate, Drop
 from memory_bridge.context.forge.pipeline import ForgeRules, forge
 from memory_bridge.context.forge.rank import RRF_K, RankWeights, rank, recency
 from memory_bridge.context.forge.select import SelectRules, select
-from memory_bridge.messages import Message
+from memory_bridge.core.candidates import Candidate, Drop
+from memory_bridge.core.messages import Message
 from memory_bridge.sources.base import Recall
 
 DAY = 86400.0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 
-from memory_bridge.heap import freeze_long_lived
+from memory_bridge.core.heap import freeze_long_lived
 
 
 def test_objects_allocated_so_far_leave_the_collected_generations() -> None:

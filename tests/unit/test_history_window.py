@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from memory_bridge.messages import Message
+from memory_bridge.core.messages import Message
 from memory_bridge.sources.history import stepped_start
 from memory_bridge.storage.sessions import StoredMessage
 

@@ -9,8 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from memory_bridge.sources import local_embedder, onnx_encoder
-from memory_bridge.sources.local_embedder import (
+from memory_bridge.embedding import local as local_embedder
+from memory_bridge.embedding import onnx_encoder
+from memory_bridge.embedding.local import (
     DEFAULT_DIMS,
     RECENT,
     SHORT_CALL,

@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from memory_bridge.messages import (
+from memory_bridge.core.messages import (
     Message,
     MessageError,
     conversation,

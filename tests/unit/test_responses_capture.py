@@ -15,7 +15,7 @@ from memory_bridge.chat.responses_capture import (
     reply_from_response_json,
     responses_stream_error,
 )
-from memory_bridge.turn import Reply
+from memory_bridge.core.turn import Reply
 
 CALL = ToolCall("get_weather", {"city": "Zürich"}, id="call_w")
 

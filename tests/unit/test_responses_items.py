@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from memory_bridge.context.responses_items import history_items, input_messages, output_run
-from memory_bridge.message_bounds import bounded
-from memory_bridge.messages import Message, MessageError
-from memory_bridge.turn import Reply
+from memory_bridge.core.message_bounds import bounded
+from memory_bridge.core.messages import Message, MessageError
+from memory_bridge.core.responses_items import history_items, input_messages, output_run
+from memory_bridge.core.turn import Reply
 
 Item = dict[str, Any]
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memory_bridge.chat.sse import SSEEvent, SSEParser
-from memory_bridge.turn import Reply
+from memory_bridge.core.turn import Reply
 
 _DONE = "[DONE]"
 # What a stream capture holds at most unless told otherwise (settings.max_upstream_body_bytes).

@@ -16,13 +16,13 @@ from memory_bridge.chat.relay import CHAT_STREAM, StreamFormat
 from memory_bridge.chat.request_body import parse_chat_body, parse_responses_body
 from memory_bridge.chat.responses_capture import RESPONSES_STREAM, reply_from_response_json
 from memory_bridge.context.assemble import assemble, assemble_responses
-from memory_bridge.context.responses_items import input_messages
 from memory_bridge.context.template import MemoryTemplate
-from memory_bridge.errors import invalid_request
-from memory_bridge.messages import Message, MessageError, parse_messages
+from memory_bridge.core.errors import invalid_request
+from memory_bridge.core.messages import Message, MessageError, parse_messages
+from memory_bridge.core.responses_items import input_messages
+from memory_bridge.core.turn import Reply
 from memory_bridge.sources.base import Recall
 from memory_bridge.tenancy.forge_config import Placement
-from memory_bridge.turn import Reply
 
 Body = dict[str, Any]
 

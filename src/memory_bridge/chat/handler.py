@@ -22,18 +22,18 @@ from memory_bridge.chat.upstream import Opened, Upstream
 from memory_bridge.context.forge.pipeline import ForgeRules, forge
 from memory_bridge.context.recall import recall_all
 from memory_bridge.context.template import MemoryTemplate
-from memory_bridge.errors import invalid_request
+from memory_bridge.core.errors import invalid_request
+from memory_bridge.core.message_bounds import bounded
+from memory_bridge.core.messages import conversation, latest_user_text
+from memory_bridge.core.token_count import count_tokens
+from memory_bridge.core.turn import DEFAULT_SESSION, TOKEN_WIDE_USER, Reply, Scope, Turn
 from memory_bridge.events.recorder import TurnRecorder
-from memory_bridge.message_bounds import bounded
-from memory_bridge.messages import conversation, latest_user_text
 from memory_bridge.sources.base import MemorySource, Recall
-from memory_bridge.storage.events import EventLog
+from memory_bridge.storage.audit import AuditLog
 from memory_bridge.storage.health import StorageHealth
 from memory_bridge.storage.traces import TraceStore
 from memory_bridge.tenancy.config import TokenConfig
 from memory_bridge.tenancy.forge_config import ForgeConfig
-from memory_bridge.token_count import count_tokens
-from memory_bridge.turn import DEFAULT_SESSION, TOKEN_WIDE_USER, Reply, Scope, Turn
 
 log = logging.getLogger(__name__)
 _MAX_ID = 200
@@ -76,7 +76,7 @@ class ChatHandler:
         templates: Mapping[str, MemoryTemplate],
         recorder: TurnRecorder,
         health: StorageHealth,
-        audit: EventLog,
+        audit: AuditLog,
         *,
         max_upstream_body: int = DEFAULT_LIMIT,
         forge_rules: ForgeRules | None = None,

@@ -17,7 +17,7 @@ from typing import Protocol
 from memory_bridge.chat.capture import StreamCapture
 from memory_bridge.chat.sse import EventBuffer
 from memory_bridge.chat.upstream import UPSTREAM_ERRORS, Opened
-from memory_bridge.turn import Reply
+from memory_bridge.core.turn import Reply
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from memory_bridge.errors import invalid_request
+from memory_bridge.core.errors import invalid_request
 
 MAX_DEPTH = 400
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")

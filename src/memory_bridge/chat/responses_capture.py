@@ -16,8 +16,8 @@ from typing import Any
 from memory_bridge.chat.capture import DEFAULT_LIMIT
 from memory_bridge.chat.relay import StreamFormat
 from memory_bridge.chat.sse import SSEEvent, SSEParser
-from memory_bridge.context.responses_items import FUNCTION_CALL, MESSAGE, output_run
-from memory_bridge.turn import Reply
+from memory_bridge.core.responses_items import FUNCTION_CALL, MESSAGE, output_run
+from memory_bridge.core.turn import Reply
 
 _FINAL = frozenset({"response.completed", "response.incomplete"})
 _FAILED = frozenset({"response.failed", "error"})

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import aiohttp
 from starlette.responses import Response
 
-from memory_bridge.errors import ProxyError
+from memory_bridge.core.errors import ProxyError
 from memory_bridge.tenancy.config import TokenConfig
 
 log = logging.getLogger(__name__)

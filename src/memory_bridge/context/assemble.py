@@ -32,9 +32,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from memory_bridge.context.responses_items import MESSAGE, history_items, user_item
 from memory_bridge.context.template import MemoryTemplate
-from memory_bridge.messages import SYSTEM_ROLES, Message
+from memory_bridge.core.messages import SYSTEM_ROLES, Message
+from memory_bridge.core.responses_items import MESSAGE, history_items, user_item
 from memory_bridge.sources.base import Recall
 from memory_bridge.tenancy.forge_config import Placement as Layout
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from memory_bridge.errors import ProxyError
+from memory_bridge.core.errors import ProxyError
+from memory_bridge.core.turn import Turn
 from memory_bridge.sources.base import MemorySource, OnRecallFailure, Recall
 from memory_bridge.sources.failures import RecallFailed
-from memory_bridge.turn import Turn
 
 log = logging.getLogger(__name__)
 

@@ -17,14 +17,14 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, select
 
+from memory_bridge.core.message_bounds import bounded, truncate
+from memory_bridge.core.messages import Message
+from memory_bridge.core.turn import Reply, Scope
 from memory_bridge.events import log, queue
 from memory_bridge.events.model import EventType, NewEvent, StoredEvent, session_aggregate
-from memory_bridge.message_bounds import bounded, truncate
-from memory_bridge.messages import Message
 from memory_bridge.storage.db import Database
 from memory_bridge.storage.sessions import stored_form
 from memory_bridge.storage.tables import tokens
-from memory_bridge.turn import Reply, Scope
 
 _VERSION_MEMO = 10_000
 _TOKEN_ROW = (

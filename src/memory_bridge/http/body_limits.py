@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from starlette.types import Message, Receive, Scope
 
-from memory_bridge.errors import ProxyError
+from memory_bridge.core.errors import ProxyError
 from memory_bridge.settings import Settings
 
 # The rate is judged only after this long: a request's first bytes may arrive in one burst.

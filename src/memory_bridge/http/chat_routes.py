@@ -17,8 +17,9 @@ from contextlib import suppress
 from starlette.types import Receive, Scope, Send
 
 from memory_bridge.chat.handler import ChatHandler, ChatRequest, Outgoing
-from memory_bridge.errors import ProxyError
+from memory_bridge.core.errors import ProxyError
 from memory_bridge.http.errors import error_body
+from memory_bridge.http.services import services_in
 from memory_bridge.storage.tokens import Principal
 
 log = logging.getLogger(__name__)
@@ -90,7 +91,7 @@ async def serve(
     if body is None:
         return  # the client left while sending
     made = (request or chat_request)(scope, body)
-    handler: ChatHandler = scope["app"].state.chat
+    handler: ChatHandler = services_in(scope).chat
     task = asyncio.current_task()
     assert task is not None
     watcher = _DisconnectWatcher(receive, task)

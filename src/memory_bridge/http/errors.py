@@ -12,8 +12,8 @@ from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Match
 
-from memory_bridge.errors import ProxyError
-from memory_bridge.request_context import request_id_var
+from memory_bridge.core.errors import ProxyError
+from memory_bridge.core.request_context import request_id_var
 
 log = logging.getLogger(__name__)
 

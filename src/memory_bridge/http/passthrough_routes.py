@@ -6,7 +6,8 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from memory_bridge.chat.upstream import Upstream, passthrough
-from memory_bridge.http.auth import principal_of
+from memory_bridge.http.edge import principal_of
+from memory_bridge.http.services import services_of
 
 router = APIRouter()
 
@@ -14,7 +15,7 @@ router = APIRouter()
 async def _forward(request: Request, path: str) -> Response:
     principal = principal_of(request.scope)
     assert principal.config is not None
-    upstream: Upstream = request.app.state.upstream
+    upstream: Upstream = services_of(request).upstream
     body = await request.body()
     headers = upstream.request_headers(principal.config, request.headers, json_body=bool(body))
     url = principal.config.api_url(path)

@@ -28,11 +28,11 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from memory_bridge.core.turn import Scope
 from memory_bridge.events import log as event_log
 from memory_bridge.lifecycle import erase_rows
-from memory_bridge.runtime import Runtime
+from memory_bridge.sources.services import MemoryServices
 from memory_bridge.storage.traces import TraceStore
-from memory_bridge.turn import Scope
 from memory_bridge.vectors.index import ShardKey, Where
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ class Erasure:
 
 
 async def erase_user(
-    runtime: Runtime,
+    runtime: MemoryServices,
     token_id: int,
     user: str,
     *,
@@ -95,7 +95,7 @@ async def erase_user(
 
 
 async def _count_points(
-    runtime: Runtime, shards: list[ShardKey], user: str
+    runtime: MemoryServices, shards: list[ShardKey], user: str
 ) -> tuple[dict[str, int], set[ShardKey]]:
     """The user's points: episodic, and the long-term layer's (its facts' vectors); and the
     shards that hold any."""
@@ -115,7 +115,9 @@ async def _count_points(
     return await runtime.vector_threads.run(count)
 
 
-async def _sweep_vectors(runtime: Runtime, token_id: int, user: str, held: set[ShardKey]) -> None:
+async def _sweep_vectors(
+    runtime: MemoryServices, token_id: int, user: str, held: set[ShardKey]
+) -> None:
     """Delete the user's points of every shard, then rewrite each shard that held any (also
     those whose points the long-term layer deleted itself), so the deleted payloads are gone
     from the files as well (the cost: a copy of the shard's other points; docs/operations.md).
@@ -133,7 +135,7 @@ async def _sweep_vectors(runtime: Runtime, token_id: int, user: str, held: set[S
     await runtime.vector_threads.run(sweep)
 
 
-async def _erase_longterm(runtime: Runtime, token_id: int, user: str) -> str:
+async def _erase_longterm(runtime: MemoryServices, token_id: int, user: str) -> str:
     record = await runtime.tokens.get(token_id)
     config = record.config if record is not None else None
     if config is None or not runtime.longterm.consumes(config):
@@ -142,7 +144,7 @@ async def _erase_longterm(runtime: Runtime, token_id: int, user: str) -> str:
     return "erased"
 
 
-async def _wait_for(runtime: Runtime, job_ids: list[int]) -> None:
+async def _wait_for(runtime: MemoryServices, job_ids: list[int]) -> None:
     """Wait for the user's jobs that were running to end (their event is gone: one that
     retries finds nothing to do), then drop them; the sweeps that follow catch their writes."""
     deadline = time.monotonic() + runtime.settings.memory_store_timeout

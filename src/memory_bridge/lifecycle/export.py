@@ -22,13 +22,13 @@ from typing import Any
 
 from sqlalchemy import Connection, func, select
 
+from memory_bridge.core.turn import Scope
 from memory_bridge.events.log import dumps
 from memory_bridge.lifecycle.masking import Masker
 from memory_bridge.lifecycle.transfer import CLASS_OF, CLASSES, FORMAT, VERSION
+from memory_bridge.storage.audit import AuditLog
 from memory_bridge.storage.db import Database
-from memory_bridge.storage.events import EventLog
 from memory_bridge.storage.tables import memory_events
-from memory_bridge.turn import Scope
 
 AUDIT_TYPE = "export"
 PAGE = 500
@@ -49,7 +49,7 @@ class Export:
 
 async def start_export(
     db: Database,
-    audit: EventLog,
+    audit: AuditLog,
     token_id: int,
     classes: tuple[str, ...],
     *,

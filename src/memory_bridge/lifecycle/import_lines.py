@@ -21,10 +21,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from memory_bridge.errors import ProxyError
+from memory_bridge.core.errors import ProxyError
+from memory_bridge.core.messages import Message
 from memory_bridge.events.model import EventType
 from memory_bridge.lifecycle.transfer import CLASS_OF, FORMAT, VERSION
-from memory_bridge.messages import Message
 from memory_bridge.tenancy.private_files import private_dir
 
 MAX_LINE_BYTES = 16 * 1024 * 1024

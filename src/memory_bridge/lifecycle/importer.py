@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, insert, select
 
-from memory_bridge.errors import ProxyError
+from memory_bridge.core.errors import ProxyError
+from memory_bridge.core.turn import Scope
 from memory_bridge.events import log as event_log
 from memory_bridge.events import queue
 from memory_bridge.events.model import (
@@ -42,10 +43,9 @@ from memory_bridge.lifecycle.rebuild import start_rebuild
 from memory_bridge.lifecycle.rebuild_longterm import FACT_TYPES
 from memory_bridge.sources.vector_generations import LONGTERM
 from memory_bridge.storage.tables import memory_events
-from memory_bridge.turn import Scope
 
 if TYPE_CHECKING:
-    from memory_bridge.runtime import Runtime
+    from memory_bridge.sources.services import MemoryServices
 
 AUDIT_TYPE = "import"
 # The after-turn consumers an imported turn is handed to (see the module's docstring).
@@ -75,7 +75,7 @@ class ImportResult:
 
 
 async def import_staged(
-    runtime: Runtime, token_id: int, staged: Staged, *, request_id: str = ""
+    runtime: MemoryServices, token_id: int, staged: Staged, *, request_id: str = ""
 ) -> ImportResult:
     """Append the staged events to `token_id` (404 if it does not exist), then audit."""
     record = await runtime.tokens.get(token_id)

@@ -18,14 +18,14 @@ import logging
 from sqlalchemy import Connection, delete
 
 from memory_bridge.events import log as event_log
-from memory_bridge.runtime import Runtime
+from memory_bridge.sources.services import MemoryServices
 from memory_bridge.storage.tables import context_traces, curated, events, messages
 from memory_bridge.storage.traces import TraceStore
 
 log = logging.getLogger(__name__)
 
 
-async def purge_token(runtime: Runtime, token_id: int, traces: TraceStore | None) -> bool:
+async def purge_token(runtime: MemoryServices, token_id: int, traces: TraceStore | None) -> bool:
     """Purge then delete the token; False (nothing done) when there is no such token."""
     if await runtime.tokens.get(token_id) is None:
         return False
@@ -48,7 +48,7 @@ async def purge_token(runtime: Runtime, token_id: int, traces: TraceStore | None
     return True
 
 
-async def _purge_layers(runtime: Runtime, token_id: int, traces: TraceStore | None) -> None:
+async def _purge_layers(runtime: MemoryServices, token_id: int, traces: TraceStore | None) -> None:
     for source in runtime.sources:
         await source.purge(token_id)
     await runtime.audit.purge(token_id)

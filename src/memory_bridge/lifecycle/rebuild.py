@@ -27,18 +27,18 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, func, select
 
-from memory_bridge.errors import ProxyError
+from memory_bridge.core.errors import ProxyError
+from memory_bridge.embedding.embedders import EmbedderSpec
 from memory_bridge.events import log as event_log
 from memory_bridge.events import queue
-from memory_bridge.events.consumers import rebuild_exchange
 from memory_bridge.events.model import EventType, NewEvent, StoredEvent, index_aggregate
 from memory_bridge.events.queue import Job
 from memory_bridge.lifecycle.generation_pass import replay_and_switch
 from memory_bridge.lifecycle.rebuild_longterm import run_longterm
 from memory_bridge.sources.base import JobStep, PermanentFailure
-from memory_bridge.sources.embedder import EmbedderSpec
 from memory_bridge.sources.longterm import config as mem0_config
 from memory_bridge.sources.longterm.shards import instance_fields, resolve
+from memory_bridge.sources.replay import rebuild_exchange
 from memory_bridge.sources.vector_generations import (
     EPISODIC,
     LONGTERM,
@@ -55,7 +55,7 @@ from memory_bridge.tenancy.config import TokenConfig
 from memory_bridge.vectors.index import Where
 
 if TYPE_CHECKING:
-    from memory_bridge.runtime import Runtime
+    from memory_bridge.sources.services import MemoryServices
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ _REPLAYED = (
 )
 
 
-def _episodic_parts(runtime: Runtime) -> tuple[Any, Any]:
+def _episodic_parts(runtime: MemoryServices) -> tuple[Any, Any]:
     episodic, generations = runtime.episodic, runtime.generations
     if episodic is None or generations is None or not runtime.settings.episodic_memory:
         raise ProxyError(409, "conflict_error", "Episodic memory is off on this install.")
@@ -78,7 +78,7 @@ def _episodic_parts(runtime: Runtime) -> tuple[Any, Any]:
 
 
 async def start_rebuild(
-    runtime: Runtime,
+    runtime: MemoryServices,
     token_id: int,
     layer: str,
     *,
@@ -138,7 +138,7 @@ async def start_rebuild(
 
 
 async def _start_longterm(
-    runtime: Runtime,
+    runtime: MemoryServices,
     token_id: int,
     reason: str,
     old_config: TokenConfig | None,
@@ -200,7 +200,7 @@ async def _start_longterm(
     return started
 
 
-async def layers_of(runtime: Runtime, token_id: int, layer: str) -> list[str]:
+async def layers_of(runtime: MemoryServices, token_id: int, layer: str) -> list[str]:
     """The layers `layer` names: itself, or for `all` those the token has (404: no token)."""
     if layer != ALL:
         return [layer]
@@ -217,7 +217,7 @@ async def layers_of(runtime: Runtime, token_id: int, layer: str) -> list[str]:
     return wanted
 
 
-async def reindex_state(runtime: Runtime, token_id: int) -> dict[str, Any] | None:
+async def reindex_state(runtime: MemoryServices, token_id: int) -> dict[str, Any] | None:
     """The token's rebuild state per layer, for its admin detail (None: never rebuilt)."""
     if runtime.generations is None:
         return None
@@ -237,7 +237,7 @@ class Rebuilder:
     # A rebuild runs as long as the log is long; its lease is renewed at every checkpoint.
     job_timeout: float | None = None
 
-    def __init__(self, runtime: Runtime, *, grace: float | None = None) -> None:
+    def __init__(self, runtime: MemoryServices, *, grace: float | None = None) -> None:
         self._runtime = runtime
         self._grace = runtime.settings.token_cache_ttl + 1.0 if grace is None else grace
 

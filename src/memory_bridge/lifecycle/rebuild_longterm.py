@@ -40,7 +40,7 @@ from memory_bridge.storage.tables import memory_events
 from memory_bridge.vectors.index import Where
 
 if TYPE_CHECKING:
-    from memory_bridge.runtime import Runtime
+    from memory_bridge.sources.services import MemoryServices
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +140,7 @@ def _embed(memory: Any, texts: list[str]) -> list[Any]:
 
 
 async def run_longterm(
-    runtime: Runtime, job: Job, event: StoredEvent, progress: JobStep, grace: float
+    runtime: MemoryServices, job: Job, event: StoredEvent, progress: JobStep, grace: float
 ) -> None:
     """The `rebuild` job of the long-term layer."""
     generations = runtime.generations

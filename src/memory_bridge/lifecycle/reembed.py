@@ -12,15 +12,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from memory_bridge.embedding.embedders import EmbedderSpec
 from memory_bridge.lifecycle.rebuild import start_rebuild
-from memory_bridge.sources.embedder import EmbedderSpec
 from memory_bridge.sources.longterm import config as mem0_config
 from memory_bridge.sources.longterm.shards import vectors_of
 from memory_bridge.sources.vector_generations import EPISODIC, LONGTERM, Generation
 from memory_bridge.tenancy.config import TokenConfig
 
 if TYPE_CHECKING:
-    from memory_bridge.runtime import Runtime
+    from memory_bridge.sources.services import MemoryServices
 
 
 def same_vectors(old: EmbedderSpec, new: EmbedderSpec) -> bool:
@@ -35,7 +35,7 @@ def same_vectors(old: EmbedderSpec, new: EmbedderSpec) -> bool:
 
 
 async def reembed_if_changed(  # called before the new config is stored
-    runtime: Runtime,
+    runtime: MemoryServices,
     token_id: int,
     old: TokenConfig | None,
     new: TokenConfig,
@@ -64,7 +64,9 @@ async def reembed_if_changed(  # called before the new config is stored
     )
 
 
-def _longterm_changed(runtime: Runtime, token_id: int, old: TokenConfig, new: TokenConfig) -> bool:
+def _longterm_changed(
+    runtime: MemoryServices, token_id: int, old: TokenConfig, new: TokenConfig
+) -> bool:
     """Whether the token's Mem0 facts need new vectors: it had them and keeps them, with an
     embedder that makes other vectors (model, size, provider or endpoint)."""
     if not (mem0_config.enabled(old) and mem0_config.enabled(new)):

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, delete, select, update
 
-from memory_bridge.errors import ProxyError
+from memory_bridge.core.errors import ProxyError
 from memory_bridge.events import log as event_log
 from memory_bridge.events import queue
 from memory_bridge.events.model import EventType, NewEvent, longterm_aggregate
@@ -34,7 +34,7 @@ from memory_bridge.sources.vector_generations import read as read_row
 from memory_bridge.storage.tables import jobs, memory_events
 
 if TYPE_CHECKING:
-    from memory_bridge.runtime import Runtime
+    from memory_bridge.sources.services import MemoryServices
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ HOLD = 60.0
 
 
 async def start_reextract(
-    runtime: Runtime, token_id: int, wake: Callable[[], None] | None = None
+    runtime: MemoryServices, token_id: int, wake: Callable[[], None] | None = None
 ) -> int:
     """Start the re-extraction of the token's facts; returns how many turns it will run (404:
     no token; 409: no long-term memory, or a long-term rebuild running)."""

@@ -11,10 +11,10 @@ import enum
 from dataclasses import dataclass
 from typing import Protocol
 
-from memory_bridge.candidates import Candidate
-from memory_bridge.messages import Message
+from memory_bridge.core.candidates import Candidate
+from memory_bridge.core.messages import Message
+from memory_bridge.core.turn import Reply, Turn
 from memory_bridge.tenancy.config import TokenConfig
-from memory_bridge.turn import Reply, Turn
 
 
 class OnRecallFailure(enum.Enum):

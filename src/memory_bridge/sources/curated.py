@@ -6,10 +6,10 @@ flight affects the next request only. Curated memory never talks to the Memory G
 
 from __future__ import annotations
 
+from memory_bridge.core.turn import Turn
+from memory_bridge.events.curated import CuratedRepository, CuratedSnapshot
 from memory_bridge.sources.base import Exchange, OnRecallFailure, Recall
-from memory_bridge.storage.curated import CuratedRepository, CuratedSnapshot
 from memory_bridge.tenancy.config import TokenConfig
-from memory_bridge.turn import Turn
 
 CURATED_HEADER = (
     "## Curated memory\n"

@@ -24,13 +24,13 @@ import uuid
 from collections.abc import Callable, Sequence
 from functools import partial
 
-from memory_bridge.candidates import Candidate
+from memory_bridge.core.blocking import BlockingExecutor
+from memory_bridge.core.candidates import Candidate
+from memory_bridge.core.turn import Turn
+from memory_bridge.embedding.embedders import SPARSE_ONLY, Embedders, EmbedderSpec, episodic_spec
 from memory_bridge.sources.base import Exchange, OnRecallFailure, Recall
-from memory_bridge.sources.blocking import BlockingExecutor
-from memory_bridge.sources.embedder import SPARSE_ONLY, Embedders, EmbedderSpec, episodic_spec
 from memory_bridge.sources.vector_generations import Generations, ShardPlan, ShardTarget
 from memory_bridge.tenancy.config import TokenConfig
-from memory_bridge.turn import Turn
 from memory_bridge.vectors.index import (
     HybridHit,
     PointPayload,

@@ -19,7 +19,6 @@ import httpx
 import openai
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
-from memory_bridge.sources.longterm.config import Mem0ConfigError
 from memory_bridge.vectors.index import DimensionMismatch, VectorIndexError
 
 DEFAULT_RETRY_AFTER = 5  # seconds: long enough for a rate limit window or a restart to pass
@@ -31,6 +30,11 @@ _VECTOR_STORE_MODULES = (
     "memory_bridge.vectors",
     "memory_bridge.sources.longterm.mem0_store",
 )
+
+
+class LayerConfigError(ValueError):
+    """A token's memory configuration that cannot build its layer (a client's 502
+    `config_error`, never retried); each layer raises its own subclass."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +65,7 @@ def classify(exc: BaseException) -> Cause:
     if isinstance(exc, TimeoutError):
         # Our own deadline (MEMORY_SEARCH_TIMEOUT): the embedder, a build or a thread was slow.
         return Cause("timeout", "long-term memory did not answer in time", retryable=True)
-    if isinstance(exc, Mem0ConfigError):
+    if isinstance(exc, LayerConfigError):
         return Cause("config_error", "the token's long-term memory settings cannot be used")
     missing = _missing_module(exc)
     if missing is not None:
@@ -91,7 +95,7 @@ def classify(exc: BaseException) -> Cause:
             retryable=retryable,
             retry_after=_retry_after(exc),
         )
-    if _raised_in(exc, ("memory_bridge.sources.local_embedder",)):
+    if _raised_in(exc, ("memory_bridge.embedding.local",)):
         return Cause("local_embedder_error", "the local embedder failed (see the server log)")
     return Cause("longterm_error", "unexpected error (see the server log)")
 

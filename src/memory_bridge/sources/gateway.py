@@ -11,7 +11,8 @@ from typing import Any
 
 import httpx
 
-from memory_bridge.messages import Message
+from memory_bridge.core.messages import Message
+from memory_bridge.core.turn import Turn
 from memory_bridge.sources import gateway_client as gw
 from memory_bridge.sources.base import (
     Exchange,
@@ -20,10 +21,9 @@ from memory_bridge.sources.base import (
     PermanentFailure,
     Recall,
 )
-from memory_bridge.storage.events import EventLog
+from memory_bridge.storage.audit import AuditLog
 from memory_bridge.tenancy.config import TokenConfig
 from memory_bridge.tenancy.memory_config import DegradedWarning, gateway_status
-from memory_bridge.turn import Turn
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ class MemoryGateway:
     on_recall_failure = OnRecallFailure.BEST_EFFORT
 
     def __init__(
-        self, client: httpx.AsyncClient, events: EventLog, degraded: DegradedWarning
+        self, client: httpx.AsyncClient, events: AuditLog, degraded: DegradedWarning
     ) -> None:
         self._client = client
         self._events = events

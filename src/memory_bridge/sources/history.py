@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import logging
 
-from memory_bridge.message_bounds import bounded
-from memory_bridge.messages import Message, conversation
+from memory_bridge.core.message_bounds import bounded
+from memory_bridge.core.messages import Message, conversation
+from memory_bridge.core.turn import Turn
 from memory_bridge.sources.base import Exchange, OnRecallFailure, Recall
 from memory_bridge.storage.sessions import SessionRepository, StoredMessage
 from memory_bridge.tenancy.config import TokenConfig
-from memory_bridge.turn import Turn
 
 log = logging.getLogger(__name__)
 _ANCHOR_MEMO = 10_000  # sessions whose window anchor is remembered (cleared when full)

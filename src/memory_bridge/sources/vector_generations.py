@@ -21,7 +21,7 @@ from typing import Any
 
 from sqlalchemy import Connection, delete, insert, select, update
 
-from memory_bridge.sources.embedder import EmbedderSpec
+from memory_bridge.embedding.embedders import EmbedderSpec
 from memory_bridge.storage.db import Database
 from memory_bridge.storage.tables import vector_generations as table
 from memory_bridge.tenancy.encryption import SecretCipher, UndecryptableSecret

@@ -10,11 +10,11 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy import Connection, bindparam, delete, insert, select
 
-from memory_bridge.messages import Message
+from memory_bridge.core.messages import Message
+from memory_bridge.core.token_count import count_tokens
+from memory_bridge.core.turn import Scope
 from memory_bridge.storage.db import Database
 from memory_bridge.storage.tables import messages
-from memory_bridge.token_count import count_tokens
-from memory_bridge.turn import Scope
 
 # What a stored message keeps: enough to restore a tool-call chain, nothing injected or private.
 _KEPT_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id")

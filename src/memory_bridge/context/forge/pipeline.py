@@ -15,11 +15,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from memory_bridge.candidates import Candidate, Outcome
 from memory_bridge.context.forge.rank import RankWeights, rank
 from memory_bridge.context.forge.select import SelectRules, select
 from memory_bridge.context.forge.trace import build
-from memory_bridge.messages import Message
+from memory_bridge.core.candidates import Candidate, Outcome
+from memory_bridge.core.messages import Message
 from memory_bridge.sources.base import Recall
 from memory_bridge.tenancy.forge_config import ForgeConfig
 

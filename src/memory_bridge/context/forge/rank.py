@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from memory_bridge.candidates import Candidate, Scored
+from memory_bridge.core.candidates import Candidate, Scored
 
 RRF_K = 60
 

@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from memory_bridge.candidates import Drop, Outcome, Scored
+from memory_bridge.core.candidates import Drop, Outcome, Scored
 
 _SPACE = re.compile(r"\s+")
 

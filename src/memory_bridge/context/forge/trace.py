@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from memory_bridge.candidates import Outcome
+from memory_bridge.core.candidates import Outcome
 
 MAX_TEXT = 500
 

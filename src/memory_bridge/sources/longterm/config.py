@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
 
-from memory_bridge.sources.local_embedder import LocalModel
+from memory_bridge.embedding.local import LocalModel
+from memory_bridge.sources.failures import LayerConfigError
 from memory_bridge.tenancy.config import TokenConfig, config_secrets
 
 __all__ = [
@@ -86,7 +87,7 @@ INSTANCE_FIELDS = (
 )
 
 
-class Mem0ConfigError(ValueError):
+class Mem0ConfigError(LayerConfigError):
     """The token's memory configuration cannot be turned into a Mem0 instance."""
 
 

@@ -35,7 +35,7 @@ def embedder_block(spec: Mem0Spec) -> dict[str, Any]:
 def bind(memory: Any, spec: Mem0Spec, embed_timeout: float, llm_timeout: float) -> None:
     """Give a built instance its embedder and bounded clients (public attributes only)."""
     if spec.local_model is not None:
-        from memory_bridge.sources.local_embedder import LocalEmbedding
+        from memory_bridge.embedding.local import LocalEmbedding
 
         memory.embedding_model = LocalEmbedding(spec.local_model, spec.dims)
     else:

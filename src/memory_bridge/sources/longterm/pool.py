@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from memory_bridge.heap import freeze_long_lived
-from memory_bridge.sources.blocking import BlockingExecutor
+from memory_bridge.core.blocking import BlockingExecutor
+from memory_bridge.core.heap import freeze_long_lived
 from memory_bridge.sources.longterm import instance, logfilter
 from memory_bridge.sources.longterm.config import MODEL_PREFIX, Mem0Spec, end_user, history_path
 from memory_bridge.sources.longterm.events import FactChange

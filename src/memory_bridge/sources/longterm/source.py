@@ -17,6 +17,7 @@ import logging
 import weakref
 from functools import partial
 
+from memory_bridge.core.turn import Turn
 from memory_bridge.sources.base import Exchange, OnRecallFailure, Recall
 from memory_bridge.sources.failures import RecallFailed, classify
 from memory_bridge.sources.longterm import config as mem0_config
@@ -27,7 +28,6 @@ from memory_bridge.sources.longterm.shards import resolve
 from memory_bridge.sources.vector_generations import LONGTERM, Generations
 from memory_bridge.tenancy.config import TokenConfig, config_secrets
 from memory_bridge.tenancy.secrets import scrub
-from memory_bridge.turn import Turn
 
 log = logging.getLogger(__name__)
 

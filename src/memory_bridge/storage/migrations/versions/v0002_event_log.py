@@ -20,8 +20,6 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
-from memory_bridge.events.model import curated_aggregate, session_aggregate
-
 revision = "0002"
 down_revision = "0001"
 branch_labels = None
@@ -31,6 +29,20 @@ _BIG_ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 _NOW = sa.func.now()
 _BATCH = 1000
 _META = json.dumps({"backfilled": True, "source": "migration"})
+
+
+# The aggregate ids of events/model.py as they were when this migration was written: a
+# migration is frozen, and the storage layer does not import the event store above it.
+def _key(*parts: object) -> str:
+    return "|".join(str(p).replace("%", "%25").replace("|", "%7C") for p in parts)
+
+
+def session_aggregate(token_id: int, user: str, session: str) -> str:
+    return _key(token_id, user, session)
+
+
+def curated_aggregate(token_id: int, kind: str, user: str) -> str:
+    return _key(token_id, "curated", kind, user)
 
 
 def upgrade() -> None:

@@ -1,0 +1,29 @@
+"""Job consumers: the memory sources whose work happens after the turn, fed from the log.
+
+A job carries only its event id; the turn is rebuilt from the event's payload and the token's
+current configuration (a token deleted meanwhile means nothing is left to do).
+"""
+
+from __future__ import annotations
+
+from memory_bridge.events.model import StoredEvent
+from memory_bridge.events.queue import Job
+from memory_bridge.sources.base import JobStep, MemorySource
+from memory_bridge.sources.replay import rebuild_exchange
+from memory_bridge.storage.tokens import TokenStore
+
+
+class SourceConsumer:
+    """Runs `source.remember` for the turn an event records."""
+
+    def __init__(self, source: MemorySource, tokens: TokenStore, cancel_safe: bool) -> None:
+        self.name = source.name
+        self.cancel_safe = cancel_safe
+        self._source = source
+        self._tokens = tokens
+
+    async def run(self, job: Job, event: StoredEvent, progress: JobStep) -> None:
+        config = await self._tokens.current_config(event.token_id)
+        if config is None:
+            return  # the token is gone or unusable: nothing to remember for it
+        await self._source.remember(rebuild_exchange(event, config, job, progress))

@@ -1,0 +1,288 @@
+"""A worker draining the job queue: claims jobs, runs each with its consumer, records the end.
+
+`serve` runs one in-process (the embedded case); `memory-bridge worker` runs one as its own
+process, and any number of them share a PostgreSQL queue. A job is leased, never locked for
+its whole run: a worker that dies leaves a lease that expires, and the job is claimed again.
+A failure is retried with exponential backoff up to `max_attempts`, then the job is
+`failed`, with its error (scrubbed of secrets) kept for the admin API.
+
+After each job the worker tells `after_job` (the vector shard optimizer) which token it worked
+for: maintenance that must never run in a request (an HNSW build) is started from here, in the
+background, one at a time (`vectors.optimizer`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from sqlalchemy import Connection, select
+
+from memory_bridge.core.request_context import request_id_var
+from memory_bridge.events import queue
+from memory_bridge.events.log import stored_event
+from memory_bridge.events.model import StoredEvent
+from memory_bridge.events.queue import Job
+from memory_bridge.sources.base import JobStep, OutcomeUnknown, PermanentFailure
+from memory_bridge.storage.db import Database, mark_background
+from memory_bridge.storage.tables import memory_events
+
+log = logging.getLogger(__name__)
+# Done jobs deleted per write: a short hold of the writer, whatever the backlog.
+PURGE_BATCH = 1000
+
+
+class Consumer(Protocol):
+    name: str
+    # False when cancelling a run may leave its work going on in a thread (a Mem0 add): the
+    # lease of such a job is then left to expire rather than released, so no other worker
+    # repeats the job beside the write still under way.
+    cancel_safe: bool
+    # A consumer may set `job_timeout` (seconds, or None: no limit) to replace the worker's;
+    # one that runs longer than the lease must call `progress.step` regularly (it renews it).
+
+    async def run(self, job: Job, event: StoredEvent, progress: JobStep) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSettings:
+    concurrency: int = 8
+    lease: float = 180.0  # longer than any job may run (`job_timeout`)
+    job_timeout: float = 120.0
+    poll: float = 1.0
+    max_attempts: int = 5
+    backoff: float = 2.0  # seconds before the first retry; doubles each time
+    max_backoff: float = 300.0
+    retention: float = 7 * 86400.0  # how long a done job is kept (seconds since it ended)
+    purge_every: float = 600.0  # seconds between two looks for done jobs past their retention
+
+
+def worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class JobWorker:
+    def __init__(
+        self,
+        db: Database,
+        consumers: Mapping[str, Consumer],
+        settings: WorkerSettings,
+        scrub: Callable[[BaseException, int], Awaitable[str]] | None = None,
+        after_job: Callable[[int], None] | None = None,
+    ) -> None:
+        self._db = db
+        self._consumers = dict(consumers)
+        self._settings = settings
+        self._scrub = scrub
+        self._after_job = after_job
+        self.owner = worker_id()
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._running: dict[asyncio.Task[None], Job] = {}
+        # Whether the last look for jobs may have left claimable ones behind for want of a
+        # free slot: a job's end then looks again. Otherwise it looks again only when the
+        # ended job's successor waits (its end said so), or on a wake-up or the poll.
+        self._full = False
+        self._loop_task: asyncio.Task[None] | None = None
+        self._next_purge = 0.0  # time.monotonic() of the next look for expired done jobs
+        self.completed = 0
+
+    def wake(self) -> None:
+        """New jobs were committed: look now rather than at the next poll."""
+        self._wake.set()
+
+    def start(self) -> None:
+        self._loop_task = asyncio.create_task(self.run(), name="memory-bridge-jobs")
+
+    async def run(self) -> None:
+        mark_background()  # its jobs' tasks, started below, inherit it
+        while not self._stopping:
+            # Cleared before looking: a wake-up that comes while the claim runs (a turn
+            # enqueued meanwhile) is kept, and makes the next look immediate.
+            self._wake.clear()
+            free = self._settings.concurrency - len(self._running)
+            claimed: list[tuple[Job, Loaded]] = []
+            if free > 0:
+                try:
+                    claimed = await self._db.write(self._claim(free))
+                except Exception as exc:
+                    log.error("claiming jobs failed: %s", type(exc).__name__)
+            for job, event in claimed:
+                task = asyncio.create_task(self._run(job, event))
+                self._running[task] = job
+                task.add_done_callback(self._finished)
+            self._full = free <= 0 or len(claimed) == free
+            if claimed and len(claimed) == free:
+                continue  # more may be waiting
+            await self._purge_done()
+            try:
+                async with asyncio.timeout(self._settings.poll):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+
+    async def _purge_done(self) -> None:
+        """One bounded batch of done jobs past their retention, when one is due: the queue
+        would otherwise keep a row per turn and consumer for ever. A full batch makes the next
+        idle moment look again; a short one waits `purge_every`."""
+        if time.monotonic() < self._next_purge:
+            return
+        cutoff = time.time() - self._settings.retention
+        try:
+            gone = await self._db.write(lambda conn: queue.purge_done(conn, cutoff, PURGE_BATCH))
+        except Exception as exc:
+            gone = 0
+            log.error("removing done jobs failed: %s", type(exc).__name__)
+        if gone < PURGE_BATCH:
+            self._next_purge = time.monotonic() + self._settings.purge_every
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._running.pop(task, None)
+        if self._full:
+            self._wake.set()  # a slot is free for a job the last look had no room for
+
+    def _claim(self, limit: int) -> Callable[[Connection], list[tuple[Job, Loaded]]]:
+        owner, lease, consumers = self.owner, self._settings.lease, tuple(self._consumers)
+
+        def work(conn: Connection) -> list[tuple[Job, Loaded]]:
+            # Each job's event is read in the same unit: one database round trip less per job
+            # (every turn of a memory token has jobs run in the serving process).
+            jobs = queue.claim(conn, owner, limit, lease, consumers)
+            return [(job, _loaded(conn, job.event_id)) for job in jobs]
+
+        return work
+
+    async def _run(self, job: Job, loaded: Loaded) -> None:
+        consumer = self._consumers[job.consumer]
+        try:
+            if isinstance(loaded, Exception):
+                raise loaded  # an event that cannot be read fails its job, not the claim
+            event = loaded
+            if event is None:  # its token was purged meanwhile
+                await self._end(job, queue.DONE, None)
+                return
+            # The job's log lines carry the request id of the turn it works for.
+            request_id_var.set(str(event.meta.get("request_id") or "-"))
+            timeout = getattr(consumer, "job_timeout", self._settings.job_timeout)
+            async with asyncio.timeout(timeout):
+                await consumer.run(job, event, _JobProgress(self._db, job, self._settings.lease))
+        except OutcomeUnknown as exc:
+            await self._end(job, queue.UNKNOWN, await self._describe(exc, job))
+        except PermanentFailure as exc:
+            await self._end(job, queue.FAILED, await self._describe(exc, job))
+        except asyncio.CancelledError:
+            raise  # stopping: the lease is released by `stop`
+        except Exception as exc:
+            error = await self._describe(exc, job)
+            attempts = f"attempt {job.attempts} of {self._settings.max_attempts}"
+            if job.attempts >= self._settings.max_attempts:
+                log.error(
+                    "%s.remember failed (%s, job %d failed): %s",
+                    job.consumer,
+                    attempts,
+                    job.id,
+                    error,
+                )
+                await self._end(job, queue.FAILED, error)
+            else:
+                delay = min(
+                    self._settings.backoff * 2 ** (job.attempts - 1), self._settings.max_backoff
+                )
+                log.error(
+                    "%s.remember failed (%s, retried in %.0fs): %s",
+                    job.consumer,
+                    attempts,
+                    delay,
+                    error,
+                )
+                await self._write(lambda conn: queue.retry_later(conn, job, delay, error))
+        else:
+            await self._end(job, queue.DONE, None)
+            self.completed += 1
+        if self._after_job is not None:
+            try:
+                self._after_job(job.token_id)  # only signals: the work runs elsewhere
+            except Exception as exc:
+                log.error("after-job maintenance failed: %s", type(exc).__name__)
+
+    async def _describe(self, exc: BaseException, job: Job) -> str:
+        if self._scrub is not None:
+            return await self._scrub(exc, job.token_id)
+        return type(exc).__name__
+
+    async def _end(self, job: Job, status: str, error: str | None) -> None:
+        def work(conn: Connection) -> tuple[bool, bool]:
+            ended = queue.finish(conn, job, status, error)
+            return ended, ended and queue.successor_waiting(conn, job)
+
+        try:
+            ended, successor = await self._db.write(work)
+        except Exception as exc:
+            log.error("recording a job's end failed: %s", type(exc).__name__)
+            return
+        if not ended:
+            log.warning("a job's lease was lost before it ended; its new owner decides")
+        elif successor:
+            self._wake.set()  # the next job of its order key is claimable now
+
+    async def _write(self, work: Callable[[Connection], bool]) -> None:
+        try:
+            if not await self._db.write(work):
+                log.warning("a job's lease was lost before it ended; its new owner decides")
+        except Exception as exc:
+            log.error("recording a job's end failed: %s", type(exc).__name__)
+
+    async def stop(self, timeout: float) -> None:
+        """Stop claiming, let in-flight jobs finish for up to `timeout`, release the rest."""
+        self._stopping = True
+        self._wake.set()
+        if self._loop_task is not None:
+            await asyncio.gather(self._loop_task, return_exceptions=True)
+        kept: list[int] = []
+        if self._running:
+            _, pending = await asyncio.wait(set(self._running), timeout=timeout)
+            for task in pending:
+                job = self._running.get(task)
+                if job is not None and not self._consumers[job.consumer].cancel_safe:
+                    kept.append(job.id)
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        owner = self.owner
+        released = await self._db.write(lambda conn: queue.release(conn, owner, kept))
+        if released:
+            log.info("released %d job lease(s) at shutdown", released)
+        if kept:
+            log.info("%d job lease(s) left to expire: their work may still be writing", len(kept))
+
+
+class _JobProgress:
+    def __init__(self, db: Database, job: Job, lease: float) -> None:
+        self._db = db
+        self._job = job
+        self._lease = lease
+
+    async def step(self, name: str) -> None:
+        job, lease = self._job, self._lease
+        if not await self._db.write(lambda conn: queue.set_step(conn, job, name, lease)):
+            raise asyncio.CancelledError  # our lease is gone: another worker owns the job now
+
+
+# A claimed job's event: the event, None (gone with its purged token) or why it is unreadable.
+Loaded = StoredEvent | None | Exception
+
+
+def _loaded(conn: Connection, event_id: str) -> Loaded:
+    try:
+        row = conn.execute(
+            select(memory_events).where(memory_events.c.event_id == event_id)
+        ).first()
+        return None if row is None else stored_event(row)
+    except Exception as exc:
+        return exc
