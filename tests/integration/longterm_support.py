@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
+from memory_bridge.http.services import services_of_app
 from memory_bridge.server.logs import RequestIdFilter
 from memory_bridge.sources.longterm.config import MODEL_PREFIX
 from memory_bridge.sources.longterm.pool import Mem0Pool
@@ -91,7 +92,7 @@ class Running:
 
     @property
     def longterm(self) -> LongTermMemory:
-        source: LongTermMemory = self.server.app.state.longterm  # type: ignore[attr-defined]
+        source: LongTermMemory = services_of_app(self.server.app).memory.longterm
         return source
 
     @property

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from memory_bridge.http.services import services_of_app
 from memory_bridge.sources.longterm import config as mem0_config
 from memory_bridge.sources.longterm import pool as pool_module
 from memory_bridge.sources.longterm.mem0_store import EngineStore
@@ -60,7 +61,7 @@ def test_instances_are_lazy_share_the_engine_and_patch_rebuilds(
     assert [store.index.key.token_id for store in stores] == [a_id, b_id]
     key = stores[0].index.key
     assert (key.model_id, key.dims) == ("mem0:bow-embed", 32)
-    assert pool.engine is running.server.app.state.runtime.vectors  # type: ignore[attr-defined]
+    assert pool.engine is services_of_app(running.server.app).memory.vectors
     assert stores[0].index is pool.engine.index(a_id, key.model_id, key.dims)
     built = pool.built
     assert len(freezes) == built  # once per instance

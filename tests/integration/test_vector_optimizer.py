@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from memory_bridge.http.services import services_of_app
 from memory_bridge.vectors import edge_optimize
 from memory_bridge.vectors.edge import EdgeEngine
 from memory_bridge.vectors.optimizer import ShardOptimizer
@@ -54,7 +55,7 @@ def test_a_shard_past_the_threshold_is_optimised_once_by_the_worker_while_recall
     served: tuple[LoopbackServer, Proxy], upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     server, proxy = served
-    optimizer: ShardOptimizer = server.app.state.runtime.optimizer  # type: ignore[attr-defined]
+    optimizer: ShardOptimizer = services_of_app(server.app).memory.optimizer
     upstream.memory_responder = lambda _: Scenario(content=json.dumps({"memory": []}))
     started, go = threading.Event(), threading.Event()
     builds: list[Path] = []

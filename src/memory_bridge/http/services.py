@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import cast
 
+from starlette.applications import Starlette
 from starlette.requests import HTTPConnection
 from starlette.types import Scope
 
@@ -39,3 +40,8 @@ def services_of(request: HTTPConnection) -> Services:
 def services_in(scope: Scope) -> Services:
     """The same, for the plain ASGI paths (the edge and the chat routes)."""
     return cast(Services, scope["app"].state.services)
+
+
+def services_of_app(app: Starlette) -> Services:
+    """The same, from the application object (tests and tools that hold the app)."""
+    return cast(Services, app.state.services)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import threading
 from collections.abc import Callable, Sequence
@@ -34,13 +33,23 @@ from memory_bridge.vectors.common import (
     SearchPlan,
     shard_name,
 )
+from memory_bridge.vectors.edge_schema import (
+    META,
+    copy_points,
+    dense_of,
+    edge_config,
+    edge_filter,
+    ensure_room,
+    index_params,
+    ranked,
+    settle_meta,
+)
 from memory_bridge.vectors.index import (
     DENSE,
     SPARSE,
     DimensionMismatch,
     IndexClosed,
     IndexStats,
-    NoRoom,
     PointPayload,
     ShardKey,
     StoredPoint,
@@ -52,16 +61,12 @@ from memory_bridge.vectors.index import (
 )
 
 if TYPE_CHECKING:
-    from qdrant_edge import ConditionType, NamedVector
+    from qdrant_edge import NamedVector
 
 __all__ = ["EdgeEngine", "EdgeIndex"]
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
-
-META = "meta.json"
-META_SCHEMA = 1
-SPARSE_FULL_SCAN = 1000
 
 
 class EdgeEngine:
@@ -182,7 +187,7 @@ class EdgeIndex(IndexBase):
         for level in (home.parent, home):
             level.mkdir(exist_ok=True, mode=0o700)
         edge_optimize.recover(home)
-        super().__init__(key, Bm25Encoder(self._settle_meta(key, bm25)))
+        super().__init__(key, Bm25Encoder(settle_meta(self._home, key, bm25)))
         self._shard = self._open_shard()
 
     @property
@@ -201,14 +206,14 @@ class EdgeIndex(IndexBase):
             self._write(qe.UpdateOperation.delete_points([canonical_id(i) for i in ids]))
 
     def _delete_where(self, where: Where) -> None:
-        flt = _filter(where)
+        flt = edge_filter(where)
         if flt is not None:
             self._write(qe.UpdateOperation.delete_points_by_filter(flt))
 
     # -- reads ----------------------------------------------------------------------------
 
     def _count(self, where: Where) -> int:
-        request = qe.CountRequest(exact=True, filter=_filter(where))
+        request = qe.CountRequest(exact=True, filter=edge_filter(where))
         return self._read(lambda shard: shard.count(request))
 
     def _scroll_page(
@@ -217,7 +222,7 @@ class EdgeIndex(IndexBase):
         request = qe.ScrollRequest(
             offset=offset,
             limit=limit,
-            filter=_filter(where),
+            filter=edge_filter(where),
             with_payload=True,
             with_vector=[DENSE] if with_dense and self._key.dims else False,
         )
@@ -226,14 +231,14 @@ class EdgeIndex(IndexBase):
             StoredPoint(
                 id=str(record.id),
                 payload=PointPayload.from_json(record.payload),
-                dense=_dense_of(record.vector) if with_dense else None,
+                dense=dense_of(record.vector) if with_dense else None,
             )
             for record in records
         ]
         return page, None if next_id is None else str(next_id)
 
     def _search(self, plan: SearchPlan) -> tuple[Ranked, Ranked]:
-        flt = _filter(plan.where)
+        flt = edge_filter(plan.where)
         requests: list[qe.QueryRequest] = []
         if plan.dense is not None:
             requests.append(
@@ -245,7 +250,7 @@ class EdgeIndex(IndexBase):
                 )
             )
         if plan.sparse is not None:
-            idf = qe.IdfParams(corpus=_filter(Where(user=plan.where.user)))
+            idf = qe.IdfParams(corpus=edge_filter(Where(user=plan.where.user)))
             requests.append(
                 qe.QueryRequest(
                     limit=plan.prefetch_limit,
@@ -256,7 +261,7 @@ class EdgeIndex(IndexBase):
                 )
             )
         batch = qe.QueryBatchRequest(requests)
-        results = [_ranked(found) for found in self._read(lambda s: s.query_batch(batch))]
+        results = [ranked(found) for found in self._read(lambda s: s.query_batch(batch))]
         dense = results.pop(0) if plan.dense is not None else []
         return dense, results.pop(0) if plan.sparse is not None else []
 
@@ -314,23 +319,7 @@ class EdgeIndex(IndexBase):
             target = self._home / edge_optimize.NEXT
             shutil.rmtree(target, ignore_errors=True)
             try:
-                fresh = qe.EdgeShard.create(str(target), _edge_config(self._key.dims))
-                try:
-                    offset: str | None = None
-                    while True:
-                        request = qe.ScrollRequest(
-                            offset=offset, limit=1000, with_payload=True, with_vector=True
-                        )
-                        records, next_id = shard.scroll(request)
-                        if records:
-                            points = [qe.Point(r.id, r.vector or {}, r.payload) for r in records]
-                            fresh.update(qe.UpdateOperation.upsert_points(points))
-                        if next_id is None:
-                            break
-                        offset = str(next_id)
-                    fresh.flush()
-                finally:
-                    fresh.close()
+                copy_points(shard, target, self._key.dims)
             except Exception as exc:
                 shutil.rmtree(target, ignore_errors=True)
                 if isinstance(exc, VectorIndexError):
@@ -348,39 +337,9 @@ class EdgeIndex(IndexBase):
 
     # -- internals ------------------------------------------------------------------------
 
-    def _settle_meta(self, key: ShardKey, wanted: Bm25Settings) -> Bm25Settings:
-        """Write meta.json for a new shard; for an existing one check it and keep its BM25."""
-        path = self._home / META
-        expect = {"token_id": key.token_id, "model_id": key.model_id, "dims": key.dims}
-        if not path.exists():
-            meta = {"schema": META_SCHEMA, **expect, "bm25": wanted.to_json()}
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(meta, indent=2))
-            os.replace(tmp, path)
-            return wanted
-        try:
-            meta = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise VectorIndexError(f"vector shard {self._home}: unreadable {META}") from exc
-        found = {name: meta.get(name) for name in expect}
-        if found != expect:
-            raise DimensionMismatch(
-                f"vector shard {self._home} holds {found}, not {expect}: refusing to mix them"
-            )
-        stored = Bm25Settings.from_json(meta.get("bm25"))
-        if stored != wanted:
-            # Its documents were tokenized with the stored settings; queries must match them.
-            logger.warning(
-                "vector shard %s keeps its BM25 settings %s (asked for %s): rebuild it to change",
-                self._home,
-                stored,
-                wanted,
-            )
-        return stored
-
     def _open_shard(self) -> qe.EdgeShard:
         path = str(self._home / edge_optimize.LIVE)
-        config = _edge_config(self._key.dims)
+        config = edge_config(self._key.dims)
         try:
             if (self._home / edge_optimize.LIVE).exists():
                 shard = qe.EdgeShard.load(path, config)
@@ -392,7 +351,7 @@ class EdgeIndex(IndexBase):
             present = set(shard.info().payload_schema)
             for name in KEYWORD_FIELDS + FLOAT_FIELDS:
                 if name not in present:
-                    shard.update(qe.UpdateOperation.create_field_index(name, _index_params(name)))
+                    shard.update(qe.UpdateOperation.create_field_index(name, index_params(name)))
         except Exception as exc:
             shard.close()
             raise VectorIndexError(f"cannot index payload of {path}: {exc}") from exc
@@ -462,70 +421,3 @@ class EdgeIndex(IndexBase):
             self._shard = self._open_shard()
             raise
         shutil.rmtree(prev, ignore_errors=True)
-
-
-def _edge_config(dims: int) -> qe.EdgeConfig:
-    dense = {DENSE: qe.EdgeVectorParams(size=dims, distance=qe.Distance.Cosine)} if dims else None
-    return qe.EdgeConfig(
-        vectors=dense,
-        # BM25 searches filter on one end user: above this many matching points the engine
-        # walks the inverted index instead of scoring every point of the user. With its
-        # default, a user of 3,000 points took 0.28-0.43 ms, with 1,000 0.13-0.18 ms (same
-        # scores; only the order of equal ones may differ). Read at a shard's creation.
-        sparse_vectors={
-            SPARSE: qe.EdgeSparseVectorParams(
-                modifier=qe.Modifier.Idf, full_scan_threshold=SPARSE_FULL_SCAN
-            )
-        },
-        # Every search filters on one end user: no graph over the whole shard (m=0), one per
-        # user (payload_m) once a user has more points than a full scan handles well. Building
-        # the global graph took 16 s at 20k points; this one is built only for big users.
-        hnsw_config=qe.HnswIndexConfig(
-            m=0, ef_construct=100, full_scan_threshold=10_000, payload_m=16
-        ),
-    )
-
-
-def _index_params(name: str) -> qe.KeywordIndexParams | qe.FloatIndexParams:
-    if name == "user":
-        return qe.KeywordIndexParams(is_tenant=True)
-    if name in FLOAT_FIELDS:
-        return qe.FloatIndexParams(enable_hnsw=False)
-    # No per-value graphs for the other fields: they would multiply the build's cost.
-    return qe.KeywordIndexParams(enable_hnsw=False)
-
-
-def _filter(where: Where) -> qe.Filter | None:
-    must: list[ConditionType] = []
-    for name, value in where.matchers():
-        match = qe.MatchValue(value) if isinstance(value, str) else qe.MatchAny(list(value))
-        must.append(qe.FieldCondition(name, match=match))
-    if where.created_from is not None or where.created_before is not None:
-        bounds = qe.RangeFloat(gte=where.created_from, lt=where.created_before)
-        must.append(qe.FieldCondition("created_at", range=bounds))
-    return qe.Filter(must=must) if must else None
-
-
-def _ranked(found: list[qe.ScoredPoint]) -> list[tuple[str, float]]:
-    return [(str(p.id), p.score) for p in found]
-
-
-def _dense_of(vector: object) -> tuple[float, ...] | None:
-    if isinstance(vector, dict):
-        dense = vector.get(DENSE)
-        if isinstance(dense, list):
-            return tuple(float(x) for x in dense)
-    return None
-
-
-def ensure_room(path: Path, min_free: int) -> None:
-    """Raise `NoRoom` when the file system of `path` (or of its nearest existing parent) has
-    less than `min_free` bytes free for us."""
-    if min_free <= 0:
-        return
-    probe = path
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    free = shutil.disk_usage(probe).free
-    if free < min_free:
-        raise NoRoom(f"vector storage: {free >> 20} MiB free, below {min_free >> 20} MiB")
