@@ -21,12 +21,11 @@ from typing import Any
 import httpx
 import pytest
 
+from memory_bridge.server.qdrant_managed import managed_qdrant, qdrant_config_from
 from memory_bridge.server.qdrant_process import (
     QdrantProcess,
     QdrantProcessConfig,
     QdrantStartError,
-    managed_qdrant,
-    qdrant_config_from,
 )
 from memory_bridge.settings import Settings
 

@@ -125,7 +125,8 @@ def serve(
     from memory_bridge.http.slow_heads import head_deadline_protocol
     from memory_bridge.server.app import create_app
     from memory_bridge.server.logs import configure_logging
-    from memory_bridge.server.qdrant_process import QdrantStartError, managed_qdrant
+    from memory_bridge.server.qdrant_managed import managed_qdrant
+    from memory_bridge.server.qdrant_process import QdrantStartError
 
     settings = Settings()
     if not worker:
