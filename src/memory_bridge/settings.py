@@ -147,3 +147,7 @@ class Settings(BaseSettings):
     def forwarded_header_names(self) -> frozenset[str]:
         extra = (h.strip().lower() for h in self.forward_headers.split(","))
         return frozenset(DEFAULT_FORWARDED_HEADERS) | {h for h in extra if h}
+
+    def template_path(self, language: str) -> Path:
+        """The template of a language the token config allows (`TEMPLATE_LANGUAGES`)."""
+        return {"en": self.memory_template_path, "zh": self.memory_template_zh_path}[language]

@@ -30,16 +30,15 @@ from memory_bridge.settings import Settings
 from memory_bridge.sources.services import open_memory_services
 from memory_bridge.storage.health import StorageHealth
 from memory_bridge.storage.traces import TraceStore
+from memory_bridge.tenancy.config import TEMPLATE_LANGUAGES
 
 log = logging.getLogger(__name__)
 
 
 def load_templates(settings: Settings) -> dict[str, MemoryTemplate]:
-    """Both templates, read up front: a missing one stops the server before it binds."""
-    return {
-        "en": load_template(settings.memory_template_path),
-        "zh": load_template(settings.memory_template_zh_path),
-    }
+    """Every language's template, read up front: a missing one stops the server before it
+    binds."""
+    return {lang: load_template(settings.template_path(lang)) for lang in TEMPLATE_LANGUAGES}
 
 
 class _EdgeFirst(FastAPI):
@@ -59,65 +58,71 @@ class _EdgeFirst(FastAPI):
         await self._edge(scope, receive, send)
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
-    settings = settings or Settings()
+@asynccontextmanager
+async def running_services(settings: Settings) -> AsyncIterator[Services]:
+    """Every long-lived object, built once: the memory services, the upstream session, the
+    chat handler and (in `serve`) the in-process job worker; closed in reverse order."""
     templates = load_templates(settings)
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        runtime = await open_memory_services(settings)
-        llm_session = create_session(
-            timeout=settings.http_timeout,
-            connect_timeout=settings.http_connect_timeout,
-            max_connections=settings.http_max_connections,
-            keepalive_timeout=settings.http_keepalive_timeout,
-        )
-        upstream = Upstream(llm_session, settings.forwarded_header_names)
-        health = StorageHealth()
-        recorder = TurnRecorder(runtime.db, settings.max_stored_message_bytes)
-        worker = create_worker(runtime) if settings.serve_worker else None
-        if worker is not None:
-            recorder.on_enqueued(worker.wake)
-        traces = TraceStore(
-            runtime.db, settings.trace_retention_count, settings.trace_retention_seconds
-        )
-        app.state.services = Services(
+    memory = await open_memory_services(settings)
+    llm_session = create_session(
+        timeout=settings.http_timeout,
+        connect_timeout=settings.http_connect_timeout,
+        max_connections=settings.http_max_connections,
+        keepalive_timeout=settings.http_keepalive_timeout,
+    )
+    upstream = Upstream(llm_session, settings.forwarded_header_names)
+    health = StorageHealth()
+    recorder = TurnRecorder(memory.db, settings.max_stored_message_bytes)
+    worker = create_worker(memory) if settings.serve_worker else None
+    if worker is not None:
+        recorder.on_enqueued(worker.wake)
+    traces = TraceStore(memory.db, settings.trace_retention_count, settings.trace_retention_seconds)
+    chat = ChatHandler(
+        memory.sources,
+        upstream,
+        templates,
+        recorder,
+        health,
+        memory.audit,
+        max_upstream_body=settings.max_upstream_body_bytes,
+        forge_rules=ForgeRules(rules=SelectRules(budget_tokens=settings.memory_token_budget)),
+        traces=traces,
+    )
+    token_count.load()
+    if worker is not None:
+        worker.start()
+    try:
+        yield Services(
             settings=settings,
-            memory=runtime,
+            memory=memory,
             upstream=upstream,
-            chat=ChatHandler(
-                runtime.sources,
-                upstream,
-                templates,
-                recorder,
-                health,
-                runtime.audit,
-                max_upstream_body=settings.max_upstream_body_bytes,
-                forge_rules=ForgeRules(
-                    rules=SelectRules(budget_tokens=settings.memory_token_budget)
-                ),
-                traces=traces,
-            ),
+            chat=chat,
             traces=traces,
             storage_health=health,
             body_limits=BodyLimits.from_settings(settings),
             worker=worker,
         )
-        token_count.load()
+    finally:
         if worker is not None:
-            worker.start()
-        # Everything built so far lives as long as the server: out of the collector's way.
-        freeze_long_lived()
-        log.info("MemoryBridge ready")
-        try:
+            await worker.stop(settings.background_drain_timeout)
+        await traces.close()
+        await llm_session.close()
+        await memory.close()
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+    load_templates(settings)  # a missing template fails here, before the server binds
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with running_services(settings) as services:
+            app.state.services = services
+            # Everything built so far lives as long as the server: out of the collector's way.
+            freeze_long_lived()
+            log.info("MemoryBridge ready")
             yield
-        finally:
-            if worker is not None:
-                await worker.stop(settings.background_drain_timeout)
-            await traces.close()
-            await llm_session.close()
-            await runtime.close()
-            log.info("MemoryBridge stopped")
+        log.info("MemoryBridge stopped")
 
     app = _EdgeFirst(
         title="MemoryBridge",

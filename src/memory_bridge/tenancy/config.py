@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from functools import cached_property
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import (
@@ -46,6 +46,12 @@ _CREDENTIAL_PARAM = re.compile(
 )
 
 
+# The languages of the memory template (templates/memory_template*.md): one list for the
+# token config's validation, the server's loading and the settings' paths.
+TemplateLanguage = Literal["en", "zh"]
+TEMPLATE_LANGUAGES: tuple[TemplateLanguage, ...] = get_args(TemplateLanguage)
+
+
 class TokenConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -64,7 +70,7 @@ class TokenConfig(BaseModel):
     embed_api_key: NonEmpty | None = None
     embed_dims: Positive | None = None
     embed_body: JsonObject | None = None
-    template: Literal["en", "zh"] = "en"
+    template: TemplateLanguage = "en"
     memory: JsonObject | None = None
 
     @field_validator(
