@@ -1,9 +1,9 @@
 """The upstream LLM: one shared aiohttp connection pool, requests built from the token's config.
 
-aiohttp rather than httpx on this path because it is the proxy's hottest code: measured against
-the same upstream, an `httpx.AsyncClient` spends 1.05 ms of CPU per JSON request and 3.5 ms per
-200-event stream, aiohttp 0.07 ms and 0.35 ms (docs/performance.md). The Gateway and Mem0
-clients, off the hot path, stay on httpx.
+aiohttp rather than httpx on this path because it is the proxy's hottest code: against the
+same upstream aiohttp spends several times less CPU per request and per stream
+(docs/performance.md#figures-behind-code-choices). The Gateway and Mem0 clients, off the hot
+path, stay on httpx.
 """
 
 from __future__ import annotations
@@ -173,7 +173,7 @@ def create_session(
         # No total limit: a long generation is fine as long as bytes keep coming.
         timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout, sock_read=timeout),
         # Off: aiohttp would then read the environment and ~/.netrc on every request, on a
-        # thread (a third of the proxy's CPU, measured). `EnvProxies` reads them once instead.
+        # thread (a large share of the proxy's CPU). `EnvProxies` reads them once instead.
         trust_env=False,
         # Redirects are not followed: an LLM API that redirects a POST is misconfigured.
         cookie_jar=aiohttp.DummyCookieJar(),

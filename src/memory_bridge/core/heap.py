@@ -2,8 +2,8 @@
 
 A full (oldest-generation) collection traverses every tracked object of the process. Once
 Mem0, the OpenAI SDK, qdrant-client's models and the loaded Qdrant collections are in memory
-that is over a million objects: measured under the benchmark, 22 full collections of 157 ms
-on average (194 ms at most), each one stopping the event loop and every request in flight.
+that is over a million objects, and each full collection stops the event loop and every
+request in flight for a long pause (docs/performance.md#figures-behind-code-choices).
 Nearly all of those objects live as long as the process (modules, classes, long-lived
 clients, loaded collections). `gc.freeze()` moves everything allocated so far into the
 permanent generation, which no collection visits; the collector then only looks at what was

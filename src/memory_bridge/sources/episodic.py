@@ -114,7 +114,7 @@ class EpisodicMemory:
         async with asyncio.timeout(self._search_timeout):
             shard = (await self.plan(turn.scope.token_id, spec, fresh=False)).read
             # A local embedder runs in the search's thread hop: the loop's round trip between
-            # the two cost the request ~1.5 ms (p50) while Mem0's search held the GIL.
+            # the two cost the request time while Mem0's search held the GIL.
             embed_here = self._embedders.local_query(shard.spec)
             vector: list[float] = []
             if embed_here is None:
@@ -122,7 +122,7 @@ class EpisodicMemory:
             token_id = turn.scope.token_id
 
             def search() -> list[HybridHit]:
-                # One thread hop for all the calls: each hop costs the request ~0.3-0.5 ms.
+                # One thread hop for all the calls: each hop costs the request time.
                 dense = vector if embed_here is None else embed_here(query)
                 index = self._engine.existing(token_id, shard.model_id, shard.dims)
                 if index is None:  # nothing was ever indexed for the token: nothing to recall

@@ -55,8 +55,8 @@ class WriteTurns:
     """SQLite's one writer, taken in turns within this process (a FIFO per kind of work).
 
     A request's write (a turn's commit, on the response's path) goes before background writes
-    already waiting — the worker's claims, fact events and ends, trace batches — which cost the
-    response up to 4 ms (p90) in line before it (docs/performance.md); at most `FAVOUR_LIMIT`
+    already waiting — the worker's claims, fact events and ends, trace batches — which kept the
+    response waiting in line before it (docs/performance.md); at most `FAVOUR_LIMIT`
     in a row while one waits, so the background is never starved.
     """
 

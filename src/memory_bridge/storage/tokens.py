@@ -108,8 +108,8 @@ class TokenStore:
     async def current_config(self, token_id: int) -> TokenConfig | None:
         """A service token's usable config, or None (gone, or unusable): what an after-turn
         job works with. Cached as authentication is (`cache_ttl`, dropped at once on a change
-        made through this store): a turn's job read it through an ORM session, ~0.4 ms of the
-        serving process's CPU per turn."""
+        made through this store): a turn's job read it through an ORM session, a cost on the
+        serving process's CPU for every turn."""
         now = time.monotonic()
         hit = self._configs.get(token_id)
         if hit is not None and hit[0] > now:

@@ -49,8 +49,8 @@ class TraceStore:
                 "token_id": token_id,
                 "request_id": request_id,
                 "created_at": time.time(),
-                # Serialised with its batch, on the database's thread: ~0.15 ms of a memory
-                # request's time before its forward otherwise. The handler never touches a
+                # Serialised with its batch, on the database's thread: otherwise part of a
+                # memory request's time before its forward. The handler never touches a
                 # trace again once it is saved.
                 "body": trace,
             }

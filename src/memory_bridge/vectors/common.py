@@ -65,8 +65,8 @@ class Bm25Settings:
     The multilingual tokenizer splits CJK text into words and treats Latin text like the
     `word` tokenizer; `language` picks stop words and the stemmer. `avg_len` (the expected
     document length in tokens) stays at Qdrant's 256 although messages are far shorter: the
-    length normalisation then almost vanishes, which recalled best on LoCoMo (turn@10 of BM25
-    alone 0.635 at 256, 0.621 at 32, 0.614 at 16; see docs/decisions.md).
+    length normalisation then almost vanishes, which recalled best of the values tried on LoCoMo
+    (docs/performance.md, "bench_recall.py: recall quality on LoCoMo").
     """
 
     language: str = "english"

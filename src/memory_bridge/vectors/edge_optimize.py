@@ -1,8 +1,8 @@
 """Optimising an embedded shard without stalling the process that serves it.
 
-`EdgeShard.optimize()` (the HNSW build and segment merge) holds the GIL for its whole run:
-measured with qdrant-edge-py 0.9.0, a thread ticking every millisecond ticked twice during a
-16 s build. Run in the serving process, it would freeze every request, the event loop included.
+`EdgeShard.optimize()` (the HNSW build and segment merge) holds the GIL for its whole run
+(qdrant-edge-py 0.9.0; docs/performance.md#figures-behind-code-choices). Run in the serving
+process, it would freeze every request, the event loop included.
 So the build runs in a child process, on a copy of the shard:
 
 1. under the shard's write lock: flush, copy `shard/` to `shard.next/`, start a journal of

@@ -38,17 +38,18 @@ def edge_config(dims: int) -> qe.EdgeConfig:
     return qe.EdgeConfig(
         vectors=dense,
         # BM25 searches filter on one end user: above this many matching points the engine
-        # walks the inverted index instead of scoring every point of the user. With its
-        # default, a user of 3,000 points took 0.28-0.43 ms, with 1,000 0.13-0.18 ms (same
-        # scores; only the order of equal ones may differ). Read at a shard's creation.
+        # walks the inverted index instead of scoring every point of the user: faster than
+        # the engine's default for users of thousands of points, with the same scores (only
+        # the order of equal ones may differ; docs/performance.md#figures-behind-code-choices).
+        # Read at a shard's creation.
         sparse_vectors={
             SPARSE: qe.EdgeSparseVectorParams(
                 modifier=qe.Modifier.Idf, full_scan_threshold=SPARSE_FULL_SCAN
             )
         },
         # Every search filters on one end user: no graph over the whole shard (m=0), one per
-        # user (payload_m) once a user has more points than a full scan handles well. Building
-        # the global graph took 16 s at 20k points; this one is built only for big users.
+        # user (payload_m) once a user has more points than a full scan handles well. A global
+        # graph costs far more to build; this one is built only for big users.
         hnsw_config=qe.HnswIndexConfig(
             m=0, ef_construct=100, full_scan_threshold=10_000, payload_m=16
         ),

@@ -282,7 +282,7 @@ class VectorEngine(Protocol):
 
     def existing(self, token_id: int, model_id: str, dims: int) -> VectorIndex | None:
         """The shard if it was ever created, else None: a read path creates nothing (creating
-        an embedded shard costs ~0.1-0.4 s of file work, which no request should pay)."""
+        an embedded shard is file work no request should pay for)."""
         ...
 
     def drop_token(self, token_id: int) -> int:

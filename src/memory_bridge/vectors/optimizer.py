@@ -1,16 +1,16 @@
 """Optimisation of vector shards off the hot path, on a size threshold.
 
-An embedded shard answers an unfiltered hybrid query in 4.5 ms before `optimize()` (the HNSW
-build and segment merge) and 0.6 ms after, at 50,000 points, but the build took 49 s there: it
-must never run in a request. The job worker tells `ShardOptimizer` after each job which token
-it worked for (`poke`); one background thread then looks at that token's shards and optimises
-one whose point count has grown since its last optimisation (or since this process opened it)
-by `threshold`, or by half its size then if that is more, one shard at a time. The growth is
-geometric so that the builds of a growing shard cost a constant factor of its last one, while
-at most a third of its points are ever outside the optimised segments: at 10,000 memories of
-one user a filtered hybrid search took 4.3 ms as filled and 2.0 ms optimised (1.7 s build),
-the difference between meeting the recall stage's 10 ms and missing it. The build itself runs
-in a child process (`edge_optimize`); reads and writes go on meanwhile.
+An embedded shard answers a hybrid query several times faster after `optimize()` (the HNSW
+build and segment merge), but a big shard's build takes tens of seconds: it must never run in a
+request (figures: docs/performance.md#figures-behind-code-choices). The job worker tells
+`ShardOptimizer` after each job which token it worked for (`poke`); one background thread then
+looks at that token's shards and optimises one whose point count has grown since its last
+optimisation (or since this process opened it) by `threshold`, or by half its size then if that
+is more, one shard at a time. The growth is geometric so that the builds of a growing shard
+cost a constant factor of its last one, while at most a third of its points are ever outside
+the optimised segments: a scanning search of a mid-sized shard was the difference between
+meeting the recall stage's target and missing it. The build itself runs in a child process
+(`edge_optimize`); reads and writes go on meanwhile.
 
 The count is kept in memory: after a restart a shard is optimised once it has grown by
 `threshold` again. (A Qdrant server optimises by itself: its `optimize()` does nothing.)

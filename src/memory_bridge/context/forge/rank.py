@@ -20,8 +20,8 @@ RRF_K = 60
 
 
 # Episodic candidates have both lists, and with the small local model the keyword list is the
-# stronger one: on the LoCoMo development split, dense 0.5 / sparse 1 in the ranking gives turn
-# recall@10 0.665 against 0.638 at 1/1, with nothing lost at @20 (docs/performance.md). The
+# stronger one: on the LoCoMo development split, dense 0.5 / sparse 1 in the ranking recalls
+# more than 1/1, with nothing lost at @20 (docs/performance.md, "bench_recall.py"). The
 # engine still fetches both lists at 1/1 (a broad candidate set); only the ranking leans.
 # Sources with one list (Mem0's facts) keep the global weights, so their best item is worth as
 # much as before against recency.

@@ -5,8 +5,8 @@ provider names only, and `Memory.__init__` builds that provider. So an instance 
 placeholder store, then given ours through its public attributes (docs/decisions.md):
 
 1. `Memory.from_config` with the `qdrant` provider on qdrant-client's in-memory mode: no file,
-   no thread, no network, one empty collection (measured: ~50 ms per build, most of it Mem0's
-   in-memory history SQLite and the provider clients; nothing written to disk);
+   no thread, no network, one empty collection (most of a build's time is Mem0's in-memory
+   history SQLite and the provider clients; nothing written to disk);
 2. `memory.vector_store` is set to an `EngineStore` on the token's shard, and the placeholder
    client is closed: it never holds a memory;
 3. Mem0's entity store (used only when spaCy is installed) is lazily built from the same

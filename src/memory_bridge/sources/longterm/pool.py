@@ -13,8 +13,8 @@ everything outside this package sees `StoredMemory`, `FactChange` and plain stri
 - Memory writes (background adds) take at most `threads - 1` threads, so a recall never waits
   for a thread only because every thread is writing.
 - Mem0's own history lives in the instance's memory (`instance.build`): it grows with every
-  write, so an instance is replaced after `MAX_WRITES_PER_INSTANCE` writes (a build is ~50 ms,
-  paid by background work), and after a namespace is deleted (an erased user's text goes with
+  write, so an instance is replaced after `MAX_WRITES_PER_INSTANCE` writes (a build is cheap
+  and paid by background work), and after a namespace is deleted (an erased user's text goes with
   the old instance).
 """
 
@@ -101,7 +101,7 @@ class Mem0Pool:
         self, spec: Mem0Spec, namespace: str | None, query: str, limit: int
     ) -> list[StoredMemory]:
         """The memories nearest to `query`, best first (`namespace=None`: in every namespace).
-        Mem0's `search` minus its 60-candidate over-fetch and per-result models (~3 ms of each
+        Mem0's `search` minus its 60-candidate over-fetch and per-result models (time of each
         request holding the GIL): with no keyword list and no entity store (no spaCy) its
         score is this cosine, cut at the same threshold (docs/decisions.md)."""
         filters = {"user_id": namespace if namespace is not None else "*"}
