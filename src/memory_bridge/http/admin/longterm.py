@@ -6,7 +6,9 @@ token-wide memories (requests without an end user); `user=alice` → that end us
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
@@ -63,6 +65,15 @@ def _longterm(request: Request) -> LongTermMemory:
     return source
 
 
+@contextlib.contextmanager
+def _errors_mapped(token_id: int, config: TokenConfig) -> Iterator[None]:
+    """The memory backend's failures as the admin API's errors (404/409/502), scrubbed."""
+    try:
+        yield
+    except Exception as exc:
+        raise _failure(token_id, config, exc) from None
+
+
 def _failure(token_id: int, config: TokenConfig, exc: Exception) -> ProxyError:
     if isinstance(exc, LayerOff):
         return _off(token_id)
@@ -98,10 +109,8 @@ async def list_memories(
     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET, description="Items to skip.")] = 0,
 ) -> dict[str, Any]:
     config = await _config(request, token_id)
-    try:
+    with _errors_mapped(token_id, config):
         found = await _longterm(request).list_memories(token_id, config, user)
-    except Exception as exc:
-        raise _failure(token_id, config, exc) from None
     page = found[offset : offset + limit]
     return {
         "data": [_item(token_id, m) for m in page],
@@ -124,20 +133,16 @@ async def search_memories(
     config = await _config(request, token_id)
     if not query.strip():
         raise ProxyError(422, "invalid_request_error", "query: must not be blank")
-    try:
+    with _errors_mapped(token_id, config):
         found = await _longterm(request).search(token_id, config, query, user, limit)
-    except Exception as exc:
-        raise _failure(token_id, config, exc) from None
     return {"data": [_item(token_id, m) for m in found]}
 
 
 @router.get("/{memory_id:uuid}", response_model=MemoryItem, response_model_exclude_unset=True)
 async def get_memory(request: Request, token_id: TokenId, memory_id: MemoryId) -> dict[str, Any]:
     config = await _config(request, token_id)
-    try:
+    with _errors_mapped(token_id, config):
         found = await _longterm(request).get(token_id, config, str(memory_id))
-    except Exception as exc:
-        raise _failure(token_id, config, exc) from None
     if found is None:
         raise ProxyError(404, "not_found_error", f"No memory {memory_id} for token {token_id}.")
     return _item(token_id, found)
@@ -146,10 +151,8 @@ async def get_memory(request: Request, token_id: TokenId, memory_id: MemoryId) -
 @router.delete("/{memory_id:uuid}", status_code=204, response_class=Response)
 async def delete_memory(request: Request, token_id: TokenId, memory_id: MemoryId) -> Response:
     config = await _config(request, token_id)
-    try:
+    with _errors_mapped(token_id, config):
         deleted = await _longterm(request).delete(token_id, config, str(memory_id))
-    except Exception as exc:
-        raise _failure(token_id, config, exc) from None
     if not deleted:
         raise ProxyError(404, "not_found_error", f"No memory {memory_id} for token {token_id}.")
     log.info("token %d: long-term memory %s deleted", token_id, memory_id)
@@ -159,10 +162,8 @@ async def delete_memory(request: Request, token_id: TokenId, memory_id: MemoryId
 @router.delete("", status_code=204, response_class=Response)
 async def delete_memories(request: Request, token_id: TokenId, user: UserParam = None) -> Response:
     config = await _config(request, token_id)
-    try:
+    with _errors_mapped(token_id, config):
         await _longterm(request).delete_all(token_id, config, user)
-    except Exception as exc:
-        raise _failure(token_id, config, exc) from None
     which = "all namespaces" if user is None else ("token-wide" if not user else "one end user")
     log.info("token %d: long-term memories deleted (%s)", token_id, which)
     return Response(status_code=204)
