@@ -122,38 +122,48 @@ async def _follow(
     token: int, layer: str, url: str | None, token_file: Path | None, reextract: bool
 ) -> Any:
     if url:
-        headers = {"Authorization": f"Bearer {admin_token_from(token_file)}"}
-        async with httpx.AsyncClient(
-            base_url=url.rstrip("/") + "/v1/admin", headers=headers, timeout=30.0
-        ) as client:
-            params: dict[str, Any] = {"layer": layer}
-            if reextract:
-                params["reextract"] = "true"
-            started = await client.post(f"/tokens/{token}/rebuild", params=params)
-            if not started.is_success:
-                raise _remote_error(started)
-            layers = [layer] if layer != "all" else list(started.json()["layers"])
-            turns = started.json().get("reextract_turns")
+        return await _follow_remote(token, layer, url, token_file, reextract)
+    return await _follow_local(token, layer, reextract)
 
-            async def read_remote() -> dict[str, Any]:
-                reply = await client.get(f"/tokens/{token}/rebuild")
-                if not reply.is_success:
-                    raise _remote_error(reply)
-                found: dict[str, Any] = reply.json()["layers"]
-                return found
 
-            async def jobs_remote() -> dict[str, Any]:
-                reply = await client.get(f"/tokens/{token}/jobs")
-                if not reply.is_success:
-                    raise _remote_error(reply)
-                found: dict[str, Any] = reply.json()
-                return found
+async def _follow_remote(
+    token: int, layer: str, url: str, token_file: Path | None, reextract: bool
+) -> Any:
+    """Start the rebuild through a running server's admin API and poll it."""
+    headers = {"Authorization": f"Bearer {admin_token_from(token_file)}"}
+    async with httpx.AsyncClient(
+        base_url=url.rstrip("/") + "/v1/admin", headers=headers, timeout=30.0
+    ) as client:
+        params: dict[str, Any] = {"layer": layer}
+        if reextract:
+            params["reextract"] = "true"
+        started = await client.post(f"/tokens/{token}/rebuild", params=params)
+        if not started.is_success:
+            raise _remote_error(started)
+        layers = [layer] if layer != "all" else list(started.json()["layers"])
+        turns = started.json().get("reextract_turns")
 
-            if turns is None:
-                return await _until_done(read_remote, layers, None, 0)
-            rebuilt = [name for name in layers if name != "longterm"]
-            return await _until_done(read_remote, rebuilt, jobs_remote, int(turns))
+        async def read(path: str, key: str | None) -> dict[str, Any]:
+            reply = await client.get(f"/tokens/{token}/{path}")
+            if not reply.is_success:
+                raise _remote_error(reply)
+            found: dict[str, Any] = reply.json()[key] if key else reply.json()
+            return found
 
+        async def read_remote() -> dict[str, Any]:
+            return await read("rebuild", "layers")
+
+        async def jobs_remote() -> dict[str, Any]:
+            return await read("jobs", None)
+
+        if turns is None:
+            return await _until_done(read_remote, layers, None, 0)
+        rebuilt = [name for name in layers if name != "longterm"]
+        return await _until_done(read_remote, rebuilt, jobs_remote, int(turns))
+
+
+async def _follow_local(token: int, layer: str, reextract: bool) -> Any:
+    """Run the rebuild in this process, on the local data directory (the server stopped)."""
     from memory_bridge.events import queue
     from memory_bridge.lifecycle.rebuild import layers_of, reindex_state, start_rebuild
     from memory_bridge.lifecycle.reextract import start_reextract
