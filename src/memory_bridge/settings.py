@@ -76,7 +76,7 @@ class Settings(BaseSettings):
     # `local` extra is installed, else BM25 alone) or `none` (BM25 alone).
     episodic_default_embedder: Literal["local", "none"] = "local"
     # Where the local embedder's forward pass runs: ONNX Runtime (the same vectors, checked at
-    # load, ~2.5x faster; torch where the export or the check fails) or torch.
+    # load, faster; torch where the export or the check fails) or torch.
     local_embedder_runtime: Literal["onnx", "torch"] = "onnx"
     # Recalled memory placed in a prompt is fitted to this many tokens (the Context Forge).
     memory_token_budget: int = Field(default=1500, gt=0)
