@@ -123,9 +123,8 @@ async def update_token(
 
 async def _with_reindex(request: Request, detail: dict[str, Any]) -> dict[str, Any]:
     """A token's rebuild or re-embed state, when it has one (`GET .../rebuild` in full)."""
-    runtime = getattr(request.app.state, "runtime", None)
-    if runtime is not None and detail.get("usable"):
-        state = await reindex_state(runtime, detail["id"])
+    if detail.get("usable"):
+        state = await reindex_state(services_of(request).memory, detail["id"])
         if state is not None:
             detail["reindex"] = state
     return detail
@@ -141,7 +140,7 @@ async def delete_token(
         default=False, description="Also delete its history, documents, memories and events."
     ),
 ) -> Response:
-    traces = getattr(request.app.state, "traces", None)
+    traces = services_of(request).traces
     await token_admin.delete_token(_runtime(request), token_id, purge=purge, traces=traces)
     return Response(status_code=204)
 

@@ -132,7 +132,7 @@ async def import_token(request: Request, token_id: TokenId) -> dict[str, Any]:
         result = await import_staged(runtime, token_id, staged, request_id=request.state.request_id)
     finally:
         await asyncio.to_thread(staged.discard)
-    worker = getattr(request.app.state, "worker", None)
+    worker = services_of(request).worker
     if worker is not None and result.jobs:
         worker.wake()
     return result.as_json()
