@@ -7,7 +7,6 @@ JSON object, or an unknown field is an error naming the field; nothing is guesse
 from __future__ import annotations
 
 import re
-from functools import cached_property
 from typing import Annotated, Any, Literal, get_args
 from urllib.parse import parse_qsl, urlsplit
 
@@ -15,6 +14,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     StrictInt,
     StrictStr,
     ValidationError,
@@ -72,6 +72,7 @@ class TokenConfig(BaseModel):
     embed_body: JsonObject | None = None
     template: TemplateLanguage = "en"
     memory: JsonObject | None = None
+    _memory_config: MemoryConfig = PrivateAttr(default_factory=MemoryConfig)
 
     @field_validator(
         "name",
@@ -112,11 +113,12 @@ class TokenConfig(BaseModel):
                 )
         return value.rstrip("/")
 
-    @field_validator("memory")
-    @classmethod
-    def _memory_block(cls, value: JsonObject | None) -> JsonObject | None:
-        parse_memory_config(value)  # raises TokenConfigError naming e.g. memory.gateway.userKey
-        return value
+    @model_validator(mode="after")
+    def _memory_block(self) -> TokenConfig:
+        # Parsed once, here, before the checks below read it: raises TokenConfigError naming
+        # the key, e.g. memory.gateway.userKey.
+        self._memory_config = parse_memory_config(self.memory)
+        return self
 
     @model_validator(mode="after")
     def _long_term_memory(self) -> TokenConfig:
@@ -153,9 +155,9 @@ class TokenConfig(BaseModel):
             raise TokenConfigError("embed_base_url", "not used by the local embedder")
         return self
 
-    @cached_property
+    @property
     def memory_config(self) -> MemoryConfig:
-        return parse_memory_config(self.memory)
+        return self._memory_config
 
     def chat_url(self) -> str:
         return self.api_url("chat/completions")
