@@ -107,12 +107,8 @@ class ChatHandler:
         url = config.api_url(wire.path)
         if config.memory_config.passthrough:
             # No layer to feed or fill: the client's bytes go upstream, nothing is captured.
-            diagnostics = _diagnostics([], req.started)
             opened = await self._upstream.open("POST", url, headers, req.body)
-            if streaming and is_sse(opened):
-                stream = relay_events(opened, self._max_body, fmt=wire.stream)
-                return Outgoing(opened.status, stream_headers(opened, diagnostics), stream=stream)
-            return _whole(opened, diagnostics, await read_bounded(opened, self._max_body))
+            return await self._pass_on(opened, req, sse=streaming and is_sse(opened))
         messages = wire.messages(body)
         turn = Turn(
             request_id=req.request_id,
@@ -165,8 +161,13 @@ class ChatHandler:
         headers = self._upstream.request_headers(req.config, req.headers, json_body=bool(req.body))
         url = req.config.api_url(target)
         opened = await self._upstream.open(method, url, headers, req.body or None)
+        return await self._pass_on(opened, req, sse=is_sse(opened))
+
+    async def _pass_on(self, opened: Opened, req: ChatRequest, *, sse: bool) -> Outgoing:
+        """The upstream's answer as it is, nothing captured: its events relayed whole, or its
+        body (streamed on when too large to hold)."""
         diagnostics = _diagnostics([], req.started)
-        if is_sse(opened):
+        if sse:
             stream = relay_events(opened, self._max_body, fmt=req.wire.stream)
             return Outgoing(opened.status, stream_headers(opened, diagnostics), stream=stream)
         return _whole(opened, diagnostics, await read_bounded(opened, self._max_body))
