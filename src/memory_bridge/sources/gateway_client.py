@@ -74,6 +74,16 @@ class GatewayHit:
     resource_uri: str | None = None
 
 
+def _identity(cfg: GatewayConfig) -> dict[str, Any]:
+    """The fields every Gateway call carries: who asks (user and key) and for which app."""
+    return {
+        "user_id": cfg.user_id,
+        "user_key": cfg.user_key.get_secret_value(),
+        "app_id": cfg.app_id,
+        "project_id": cfg.project_id,
+    }
+
+
 def gateway_session_id(session_id: str) -> str:
     """The Gateway session a proxy session's turns are stored under."""
     return f"chat:{session_id}"
@@ -86,14 +96,11 @@ async def search(
     if not query.strip():
         raise ValueError("search needs a non-empty query")
     payload = {
-        "user_id": cfg.user_id,
-        "user_key": cfg.user_key.get_secret_value(),
+        **_identity(cfg),
         "conversation_id": conversation_id,
         "query": query,
         "scope": list(cfg.scope),
         "top_k": cfg.top_k,
-        "app_id": cfg.app_id,
-        "project_id": cfg.project_id,
     }
     response = await _post(client, cfg, "search", payload)
     try:
@@ -125,11 +132,8 @@ async def add(
     if user_ts <= 0:
         raise ValueError("timestamps must be positive epoch milliseconds")
     payload = {
-        "user_id": cfg.user_id,
-        "user_key": cfg.user_key.get_secret_value(),
+        **_identity(cfg),
         "session_id": gateway_session_id(session_id),
-        "app_id": cfg.app_id,
-        "project_id": cfg.project_id,
         "messages": [
             {"sender_id": cfg.user_id, "role": "user", "timestamp": user_ts, "content": user_text},
             {
@@ -145,13 +149,7 @@ async def add(
 
 async def flush(client: httpx.AsyncClient, cfg: GatewayConfig, *, session_id: str) -> None:
     """Ask the Gateway to process what was added to the session; call only after `add` worked."""
-    payload = {
-        "user_id": cfg.user_id,
-        "user_key": cfg.user_key.get_secret_value(),
-        "session_id": gateway_session_id(session_id),
-        "app_id": cfg.app_id,
-        "project_id": cfg.project_id,
-    }
+    payload = {**_identity(cfg), "session_id": gateway_session_id(session_id)}
     await _post(client, cfg, "flush", payload)
 
 
