@@ -101,6 +101,25 @@ def open_vector_engine(settings: Settings) -> VectorEngine:
     )
 
 
+def _episodic(
+    settings: Settings,
+    vectors: VectorEngine,
+    client: httpx.AsyncClient,
+    threads: BlockingExecutor,
+    generations: Generations,
+) -> EpisodicMemory:
+    return EpisodicMemory(
+        vectors,
+        Embedders(client, threads),
+        threads,
+        settings.memory_search_timeout,
+        settings.memory_store_timeout,
+        enabled=settings.episodic_memory,
+        default_embedder=default_spec(settings.episodic_default_embedder),
+        generations=generations,
+    )
+
+
 @dataclass(frozen=True)
 class MemoryServices:
     settings: Settings
@@ -153,16 +172,7 @@ async def open_memory_services(settings: Settings) -> MemoryServices:
     cipher = load_cipher(settings)
     generations = Generations(db, cipher, settings.token_cache_ttl)
     longterm.use_generations(generations)  # Mem0 on its layer's active shard generation
-    episodic = EpisodicMemory(
-        vectors,
-        Embedders(client, vector_threads),
-        vector_threads,
-        settings.memory_search_timeout,
-        settings.memory_store_timeout,
-        enabled=settings.episodic_memory,
-        default_embedder=default_spec(settings.episodic_default_embedder),
-        generations=generations,
-    )
+    episodic = _episodic(settings, vectors, client, vector_threads, generations)
     # Order matters only for the system prompt: curated blocks come before the rule.
     sources: tuple[MemorySource, ...] = (
         CuratedMemory(curated),
