@@ -263,15 +263,10 @@ class EpisodicBench:
         await self.client.aclose()
 
 
-async def run(
-    conversations: Sequence[Conversation],
-    data_dir: Path,
-    variants: Sequence[Variant],
-    limit_questions: int | None,
-) -> tuple[dict[str, Any], EpisodicBench]:
-    """The figures of every variant; the bench is returned open (the speed stage reuses its
-    embeddings) and must be closed by the caller."""
-    bench = EpisodicBench(data_dir)
+async def _index_all(
+    bench: EpisodicBench, conversations: Sequence[Conversation], variants: Sequence[Variant]
+) -> tuple[dict[tuple[bool | None, bool], list[IndexedConversation]], dict[str, Any]]:
+    """Every conversation indexed once per index the variants need; the ingest figures."""
     indexed: dict[tuple[bool | None, bool], list[IndexedConversation]] = {}
     ingest: dict[str, Any] = {}
     for variant in variants:
@@ -293,40 +288,62 @@ async def run(
             file=sys.stderr,
             flush=True,
         )
-    results: list[dict[str, Any]] = []
-    for variant in variants:
-        memory = bench.memory(variant, query=True)
-        per_conversation: dict[str, Any] = {}
-        all_scored: list[Scored] = []
-        for item in indexed[variant.index_key]:
-            scored = []
-            for question in item.conversation.questions[:limit_questions]:
-                ids, latency_ms = await bench.ask(memory, item, variant, question.text)
-                scored.append(score(question, ids, latency_ms))
-            all_scored.extend(scored)
-            summary = summarize(scored)
-            summary["turns"] = len(item.conversation.turns)
-            per_conversation[item.conversation.sample_id] = summary
-        overall = summarize(all_scored)
-        print(
-            f"{variant.name}: turn@10 {overall['turn@10']:.3f}, p50 {overall['p50_ms']:.1f} ms",
-            file=sys.stderr,
-            flush=True,
-        )
-        results.append(
-            {
-                "name": variant.name,
-                "describe": variant.describe(),
-                "dense_weight": variant.dense,
-                "sparse_weight": variant.sparse,
-                "index_context": variant.context,
-                "dated": variant.dated,
-                "weights_apply": variant.apply,
-                "conversations": per_conversation,
-                "overall": overall,
-                "by_category": by_category(all_scored),
-            }
-        )
+    return indexed, ingest
+
+
+async def _score_variant(
+    bench: EpisodicBench,
+    variant: Variant,
+    indexed: list[IndexedConversation],
+    limit_questions: int | None,
+) -> dict[str, Any]:
+    """One variant's questions asked and scored, per conversation, overall and by category."""
+    memory = bench.memory(variant, query=True)
+    per_conversation: dict[str, Any] = {}
+    all_scored: list[Scored] = []
+    for item in indexed:
+        scored = []
+        for question in item.conversation.questions[:limit_questions]:
+            ids, latency_ms = await bench.ask(memory, item, variant, question.text)
+            scored.append(score(question, ids, latency_ms))
+        all_scored.extend(scored)
+        summary = summarize(scored)
+        summary["turns"] = len(item.conversation.turns)
+        per_conversation[item.conversation.sample_id] = summary
+    overall = summarize(all_scored)
+    print(
+        f"{variant.name}: turn@10 {overall['turn@10']:.3f}, p50 {overall['p50_ms']:.1f} ms",
+        file=sys.stderr,
+        flush=True,
+    )
+    return {
+        "name": variant.name,
+        "describe": variant.describe(),
+        "dense_weight": variant.dense,
+        "sparse_weight": variant.sparse,
+        "index_context": variant.context,
+        "dated": variant.dated,
+        "weights_apply": variant.apply,
+        "conversations": per_conversation,
+        "overall": overall,
+        "by_category": by_category(all_scored),
+    }
+
+
+async def run(
+    conversations: Sequence[Conversation],
+    data_dir: Path,
+    variants: Sequence[Variant],
+    limit_questions: int | None,
+) -> tuple[dict[str, Any], EpisodicBench]:
+    """The figures of every variant; the bench is returned open (the speed stage reuses its
+    embeddings) and must be closed by the caller."""
+    bench = EpisodicBench(data_dir)
+    indexed, ingest = await _index_all(bench, conversations, variants)
+    results = [
+        await _score_variant(bench, variant, indexed[variant.index_key], limit_questions)
+        for variant in variants
+    ]
     report = {
         "pipeline": (
             "EpisodicMemory.remember per exchange; EpisodicMemory.recall + forge rank "

@@ -18,6 +18,27 @@ from typing import Any
 from bench.locomo import Conversation, Scored, by_category, score, summarize
 
 
+async def _score_conversation(
+    pool: Any, spec: Any, namespace: str, conv: Conversation, limit: int | None, top_k: int
+) -> tuple[list[Scored], int, float]:
+    """Every session of `conv` stored raw, then its questions searched: the scored questions,
+    the turns stored and the seconds storing took."""
+    started = time.perf_counter()
+    stored = 0
+    for turns in conv.sessions().values():
+        items = [(t.text, {"dia_id": t.dia_id, "session": str(t.session)}) for t in turns]
+        stored += await pool.add_raw(spec, namespace, items)
+    ingest_s = time.perf_counter() - started
+    scored: list[Scored] = []
+    for question in conv.questions[:limit]:
+        t0 = time.perf_counter()
+        found = await pool.search(spec, namespace, question.text, top_k)
+        latency_ms = (time.perf_counter() - t0) * 1000
+        ranked = [m.metadata.get("dia_id", "") for m in found]
+        scored.append(score(question, ranked, latency_ms))
+    return scored, stored, ingest_s
+
+
 async def run(
     conversations: Sequence[Conversation],
     data_dir: Path,
@@ -48,19 +69,9 @@ async def run(
         for index, conv in enumerate(conversations, start=1):
             spec = mem0_config.build_spec(index, config, mem0_dir)
             namespace = mem0_config.namespace(index, "")
-            started = time.perf_counter()
-            stored = 0
-            for turns in conv.sessions().values():
-                items = [(t.text, {"dia_id": t.dia_id, "session": str(t.session)}) for t in turns]
-                stored += await pool.add_raw(spec, namespace, items)
-            ingest_s = time.perf_counter() - started
-            scored: list[Scored] = []
-            for question in conv.questions[:limit_questions]:
-                t0 = time.perf_counter()
-                found = await pool.search(spec, namespace, question.text, top_k)
-                latency_ms = (time.perf_counter() - t0) * 1000
-                ranked = [m.metadata.get("dia_id", "") for m in found]
-                scored.append(score(question, ranked, latency_ms))
+            scored, stored, ingest_s = await _score_conversation(
+                pool, spec, namespace, conv, limit_questions, top_k
+            )
             all_scored.extend(scored)
             summary = summarize(scored)
             summary.update(turns=stored, ingest_s=round(ingest_s, 1))

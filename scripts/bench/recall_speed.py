@@ -114,7 +114,9 @@ async def _measure(
     """Per local-embedder runtime, query by query in turn (the same load for each)."""
     memory = EpisodicMemory(bench.engine, bench.embedders, bench.executor, TIMEOUT, TIMEOUT)
     scope = Scope(token_id=TOKEN, user=USER, session="ask")
-    times = {rt: {"recall": [], "embed": [], "search": []} for rt in runtimes}
+    times: dict[str, dict[str, list[float]]] = {
+        rt: {"recall": [], "embed": [], "search": []} for rt in runtimes
+    }
     hits: list[int] = []
     load = os.getloadavg()[0]
     deadline = time.monotonic() + budget
@@ -161,6 +163,50 @@ async def _measure(
     }
 
 
+async def _row(
+    bench: EpisodicBench,
+    filler: EpisodicMemory,
+    index: VectorIndex,
+    turns: list[Turn],
+    have: int,
+    size: int,
+    questions: list[str],
+    budget: float,
+    runtimes: Sequence[local_embedder.Runtime],
+    optimize: bool,
+) -> dict[str, Any]:
+    """The shard filled from `have` to `size` memories; recall timed as filled, then optimised."""
+    started = time.perf_counter()
+    await _fill(filler, bench, turns, have, size)
+    fill_s = time.perf_counter() - started
+    count = index.count(Where(user=USER))
+    assert count == size, (count, size)
+    row: dict[str, Any] = {
+        "memories": size,
+        "fill_s": round(fill_s, 1),
+        "fill_per_s": round((size - have) / fill_s),
+    }
+    print(f"speed: {size} memories filled in {fill_s:.1f} s", file=sys.stderr, flush=True)
+    row["as_filled"] = await _measure(bench, index, questions, budget, runtimes)
+    row["as_filled"]["segments"] = index.stats().segments
+    print(f"speed: {size} as filled {row['as_filled']['runtimes']}", file=sys.stderr, flush=True)
+    if optimize:
+        started = time.perf_counter()
+        changed = await bench.executor.run(index.optimize)
+        row["optimize_s"] = round(time.perf_counter() - started, 1)
+        row["optimize_changed"] = changed
+        row["optimized"] = await _measure(bench, index, questions, budget, runtimes)
+        stats = index.stats()
+        row["optimized"]["segments"] = stats.segments
+        row["optimized"]["indexed_vectors"] = stats.indexed_vectors
+        print(
+            f"speed: {size} optimised in {row['optimize_s']} s {row['optimized']['runtimes']}",
+            file=sys.stderr,
+            flush=True,
+        )
+    return row
+
+
 async def run(
     bench: EpisodicBench,
     conversations: Sequence[Conversation],
@@ -193,38 +239,12 @@ async def run(
     rows: list[dict[str, Any]] = []
     have = 0
     for size in sorted(sizes):
-        started = time.perf_counter()
-        await _fill(filler, bench, turns, have, size)
-        fill_s = time.perf_counter() - started
-        count = index.count(Where(user=USER))
-        assert count == size, (count, size)
-        row: dict[str, Any] = {
-            "memories": size,
-            "fill_s": round(fill_s, 1),
-            "fill_per_s": round((size - have) / fill_s),
-        }
-        have = size
-        print(f"speed: {size} memories filled in {fill_s:.1f} s", file=sys.stderr, flush=True)
-        row["as_filled"] = await _measure(bench, index, questions, budget, runtimes)
-        row["as_filled"]["segments"] = index.stats().segments
-        print(
-            f"speed: {size} as filled {row['as_filled']['runtimes']}", file=sys.stderr, flush=True
-        )
-        if optimize:
-            started = time.perf_counter()
-            changed = await bench.executor.run(index.optimize)
-            row["optimize_s"] = round(time.perf_counter() - started, 1)
-            row["optimize_changed"] = changed
-            row["optimized"] = await _measure(bench, index, questions, budget, runtimes)
-            stats = index.stats()
-            row["optimized"]["segments"] = stats.segments
-            row["optimized"]["indexed_vectors"] = stats.indexed_vectors
-            print(
-                f"speed: {size} optimised in {row['optimize_s']} s {row['optimized']['runtimes']}",
-                file=sys.stderr,
-                flush=True,
+        rows.append(
+            await _row(
+                bench, filler, index, turns, have, size, questions, budget, runtimes, optimize
             )
-        rows.append(row)
+        )
+        have = size
     return {
         "fill": "LoCoMo dev turns, renamed per pass; MiniLM vectors of the base turn, jittered",
         "rows": rows,

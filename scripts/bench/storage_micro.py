@@ -134,16 +134,12 @@ def database(url: str | None) -> Iterator[str]:
         yield f"sqlite+aiosqlite:///{Path(tmp) / 'bench.db'}"
 
 
-def sqlite_references(path: str) -> tuple[list[tuple[str, Request]], Callable[[], None]]:
-    """The two yardsticks: Core on a sync engine, and the sqlite3 module, on one thread."""
+def _core_reference(
+    path: str, rows: list[dict[str, Any]], one_thread: ThreadPoolExecutor
+) -> tuple[Request, Callable[[], None]]:
+    """SQLAlchemy Core on a sync engine, one thread: a request, and what closes the engine."""
     sync_engine = create_sync_engine(f"sqlite:///{path}")
     event.listen(sync_engine, "connect", _sqlite_pragmas)
-    one_thread = ThreadPoolExecutor(1, thread_name_prefix="sqlite")
-    loop = asyncio.get_running_loop()
-    rows = [
-        {"token_id": TOKEN, "user_id": "", "role": m.role, "body": json.dumps(m.model_dump())}
-        for m in EXCHANGE
-    ]
 
     def core_read(db: Engine, session: str) -> None:
         with db.connect() as conn:
@@ -170,9 +166,17 @@ def sqlite_references(path: str) -> tuple[list[tuple[str, Request]], Callable[[]
             conn.commit()
 
     async def sync_core(i: int) -> None:
+        loop = asyncio.get_running_loop()
         await loop.run_in_executor(one_thread, core_read, sync_engine, f"s{i}")
         await loop.run_in_executor(one_thread, core_write, sync_engine, f"s{i}")
 
+    return sync_core, sync_engine.dispose
+
+
+def _raw_reference(
+    path: str, rows: list[dict[str, Any]], one_thread: ThreadPoolExecutor
+) -> tuple[Request, Callable[[], None]]:
+    """The sqlite3 module, one thread: a request, and what closes its connection."""
     raw = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
     _sqlite_pragmas(raw, None)
 
@@ -196,15 +200,45 @@ def sqlite_references(path: str) -> tuple[list[tuple[str, Request]], Callable[[]
         raw.execute("COMMIT")
 
     async def raw_sqlite(i: int) -> None:
+        loop = asyncio.get_running_loop()
         await loop.run_in_executor(one_thread, raw_read, f"s{i}")
         await loop.run_in_executor(one_thread, raw_write, f"s{i}")
 
+    return raw_sqlite, raw.close
+
+
+def sqlite_references(path: str) -> tuple[list[tuple[str, Request]], Callable[[], None]]:
+    """The two yardsticks: Core on a sync engine, and the sqlite3 module, on one thread."""
+    one_thread = ThreadPoolExecutor(1, thread_name_prefix="sqlite")
+    rows = [
+        {"token_id": TOKEN, "user_id": "", "role": m.role, "body": json.dumps(m.model_dump())}
+        for m in EXCHANGE
+    ]
+    sync_core, dispose = _core_reference(path, rows, one_thread)
+    raw_sqlite, close_raw = _raw_reference(path, rows, one_thread)
+
     def close() -> None:
-        raw.close()
+        close_raw()
         one_thread.shutdown()
-        sync_engine.dispose()
+        dispose()
 
     return [("ref: sync-core-1-thread", sync_core), ("ref: sqlite3-1-thread", raw_sqlite)], close
+
+
+async def _injections(
+    n: int, before: BeforeORM, history: SessionRepository, long_scope: Scope
+) -> None:
+    async def before_window(_: int) -> None:
+        stored = await before.recent(long_scope, 20)
+        [m.identity() for m in stored]
+
+    async def now_window(_: int) -> None:
+        stored = await history.window(long_scope, 20)
+        [s.identity for s in stored]
+
+    print(f"\n{n} history injections of 20 stored messages: read, parse, identity digests")
+    for label, request in (("before: async ORM", before_window), ("now: window()", now_window)):
+        print(await timed(label, request, n, 1), flush=True)
 
 
 async def main(n: int, url: str) -> None:
@@ -255,18 +289,7 @@ async def main(n: int, url: str) -> None:
     for label, request in variants:
         for concurrency in (1, 16):
             print(await timed(label, request, n, concurrency), flush=True)
-
-    async def before_window(_: int) -> None:
-        stored = await before.recent(long_scope, 20)
-        [m.identity() for m in stored]
-
-    async def now_window(_: int) -> None:
-        stored = await history.window(long_scope, 20)
-        [s.identity for s in stored]
-
-    print(f"\n{n} history injections of 20 stored messages: read, parse, identity digests")
-    for label, request in (("before: async ORM", before_window), ("now: window()", now_window)):
-        print(await timed(label, request, n, 1), flush=True)
+    await _injections(n, before, history, long_scope)
     if close_refs is not None:
         close_refs()
     await db.close()

@@ -1,0 +1,1 @@
+"""The parts of `scripts/bench_placement.py` (see `bench/__init__.py` for the map)."""
