@@ -44,7 +44,10 @@ def parse_responses_body(raw: bytes) -> dict[str, Any]:
 
 def parse_body(raw: bytes, keys: Keys) -> dict[str, Any]:
     """The body as a dict, or a 4xx `ProxyError`; none of `keys` may be given twice."""
-    repeated = [name for name, quoted in keys if raw.count(quoted) > 1]
+    # A key can also be spelled with escapes (`"previous\\u005fresponse_id"`): then counting
+    # its plain spelling proves nothing, and every object is checked as it is parsed.
+    escaped = b"\\u" in raw
+    repeated = [name for name, quoted in keys if escaped or raw.count(quoted) > 1]
     try:
         body = json.loads(raw, object_pairs_hook=_refuse_repeated(repeated) if repeated else None)
     except UnicodeDecodeError:
