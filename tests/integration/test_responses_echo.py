@@ -103,3 +103,27 @@ def test_nothing_placed_means_the_upstreams_bytes(proxy: Proxy, upstream: FakeUp
     whole = upstream.stored_responses["resp_plain"][0]
     assert json.loads(reply.content) == whole
     assert forwarded(upstream)["instructions"] == "Mine."
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_upstream_that_echoes_input_gets_the_clients_input_back(
+    proxy: Proxy, upstream: FakeUpstream, stream: bool
+) -> None:
+    token = _token_with_curated(proxy)
+    upstream.enqueue(Scenario(content="first answer"))
+    proxy.client(token).responses.create(model=MODEL, input="first question", **SESSION)
+    # The second turn of the session: its history is placed in `input` before the request's own.
+    upstream.enqueue(Scenario(content="second answer", id="resp_in", echo_input=True))
+    body = {"model": MODEL, "input": "second question"}
+    if stream:
+        _, raw = stream_raw(proxy, token, body)
+        objects = [data["response"] for _, data in sse_events(raw) if "response" in data]
+    else:
+        raw = httpx.post(
+            f"{proxy.url}/v1/responses", json=body, headers=auth(token, **{"X-Session-Id": "s"})
+        ).content
+        objects = [json.loads(raw)]
+    assert len(forwarded(upstream)["input"]) == 3  # two history items and the question
+    assert b"first question" not in raw and CURATED.encode() not in raw
+    assert objects and all(o["input"] == "second question" for o in objects)
+    assert all(o["instructions"] is None for o in objects)

@@ -208,8 +208,10 @@ def _fix_event(block: bytes, echo: Echo) -> tuple[bytes, str | None]:
     if not echo.fix(response):
         return block, seen
     assert data is not None
-    end = lines[at[0]][5 + len(values[0]) :]
-    lines[at[0]] = b"data: " + _dump(data) + end
-    for i in reversed(at[1:]):
+    # One data line in the last one's place, with its ending (the block's last line may have
+    # none: the blank line after it is not part of the block).
+    end = lines[at[-1]][5 + len(values[-1]) :]
+    lines[at[-1]] = b"data: " + _dump(data) + end
+    for i in reversed(at[:-1]):
         del lines[i]
     return b"".join(lines), seen
