@@ -169,3 +169,21 @@ def test_a_previous_response_id_spelled_twice_is_refused(
         )
         assert reply.status_code == 422, path
     assert upstream.requests == []
+
+
+def test_a_response_not_stored_upstream_is_not_recorded(
+    db_proxy: Proxy, upstream: FakeUpstream, database_url: str
+) -> None:
+    _, token = db_proxy.create_token()
+    client = db_proxy.client(token)
+    upstream.enqueue(Scenario(content="kept", id="resp_kept"))
+    client.responses.create(model=MODEL, input="one", **SESSION)
+    upstream.enqueue(Scenario(content="not kept", id="resp_gone"), Scenario(id="resp_gone_s"))
+    client.responses.create(model=MODEL, input="two", store=False, **SESSION)
+    with client.responses.stream(model=MODEL, input="three", store=False, **SESSION) as stream:
+        stream.get_final_response()
+    assert [rid for _, rid in _owner_rows(database_url)] == ["resp_kept"]
+    upstream.requests.clear()
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve("resp_gone")
+    assert upstream.requests == []

@@ -123,7 +123,7 @@ class ChatHandler:
         if config.memory_config.passthrough:
             # No layer to feed or fill: the client's bytes go upstream, nothing is captured.
             opened = await self._upstream.open("POST", url, headers, req.body)
-            echo = None if wire.echo is None else Echo()
+            echo = None if wire.echo is None else wire.echo(body, None)
             diagnostics = _diagnostics([], req.started)
             sse = streaming and is_sse(opened)
             return await self._relay(opened, sse, wire.stream, diagnostics, echo, req.token_id)

@@ -51,6 +51,7 @@ class Echo:
     fields: tuple[tuple[str, Any], ...] = ()
     kept: int | None = None
     mark: int | None = None
+    stored: bool = True  # False: the request said `store: false`, there is no id to claim
 
     @property
     def changes(self) -> bool:
@@ -77,15 +78,16 @@ class Echo:
 def echo_of(client: Body, forwarded: Body | None) -> Echo:
     """The echo to undo for a request the client sent as `client` and the proxy forwarded as
     `forwarded` (None: forwarded as it came, nothing to undo)."""
+    stored = client.get("store") is not False
     if forwarded is None:
-        return Echo()
+        return Echo(stored=stored)
     # Placement copies the body and replaces only what it changes.
     fields = tuple((k, client.get(k)) for k in _PLACED if forwarded.get(k) is not client.get(k))
     mark = None
     if any(key == "instructions" for key, _ in fields):
         own = client.get("instructions")
         mark = len(own) if isinstance(own, str) else NO_INSTRUCTIONS
-    return Echo(fields, mark=mark)
+    return Echo(fields, mark=mark, stored=stored)
 
 
 def referenced_id(body: Body) -> str | None:
@@ -118,6 +120,8 @@ class ResponseClaims:
 
     async def whole(self, body: bytes, echo: Echo, claim_for: int | None) -> bytes:
         """A JSON reply fixed by `echo`; its id recorded for `claim_for` when given."""
+        if not echo.stored:
+            claim_for = None  # nothing the upstream keeps: nothing to record, no write
         if claim_for is None and not echo.changes:
             return body
         data = _load(body)
@@ -138,6 +142,8 @@ class ResponseClaims:
         them. Until it is written, this process answers the id's lookups once it is; the
         stream does not end before it is."""
         claim: asyncio.Future[None] | None = None
+        if not echo.stored:
+            claim_for = None
         try:
             async for piece in events:
                 if (claim_for is not None or echo.changes) and _CARRIES_RESPONSE in piece:
