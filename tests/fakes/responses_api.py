@@ -119,6 +119,7 @@ def response_object(
     if status == "failed":
         error = {"code": "server_error", "message": "The fake model failed."}
     details = {"reason": "max_output_tokens"} if status == "incomplete" else None
+    echoed = {"input": payload.get("input")} if scenario.echo_input else {}
     return {
         "id": response_id,
         "object": "response",
@@ -144,6 +145,7 @@ def response_object(
         "usage": usage(scenario, payload) if final else None,
         "user": payload.get("user"),
         "metadata": payload.get("metadata") or {},
+        **echoed,
     }
 
 

@@ -149,6 +149,8 @@ class Scenario:
       (``max_output_tokens``), or "failed" (``response.failed``, no output).
       ``bare_completed``: the final event's response carries an empty ``output`` (as some
       upstreams send it), so a capture has to use the deltas.
+      ``echo_input``: the response object echoes the request's ``input`` too (as some
+      OpenAI-compatible servers do; OpenAI echoes only ``instructions``).
 
     Non-streaming shaping (``FakeUpstream.sent_bytes`` gets the JSON body as planned, as above)
       ``chunked_json``: send the JSON body without Content-Length (chunked), cut into
@@ -176,6 +178,7 @@ class Scenario:
     gzip_json: bool = False
     response_status: str | None = None
     bare_completed: bool = False
+    echo_input: bool = False
 
 
 class SimulatedDisconnect(Exception):

@@ -14,6 +14,7 @@ from typing import Any
 from memory_bridge.chat.capture import reply_from_json
 from memory_bridge.chat.relay import CHAT_STREAM, StreamFormat
 from memory_bridge.chat.request_body import parse_chat_body, parse_responses_body
+from memory_bridge.chat.response_claims import Echo, echo_of
 from memory_bridge.chat.responses_capture import RESPONSES_STREAM, reply_from_response_json
 from memory_bridge.context.assemble import assemble, assemble_responses
 from memory_bridge.context.template import MemoryTemplate
@@ -34,7 +35,10 @@ class WireFormat:
     upstream_holds_history: does the upstream already hold this conversation (then no session
     history is injected). forward: the body with memory placed (in the token's layout), or None
     to forward it as is.
-    reply_from_json: the reply in a whole (non-streaming) answer. stream: its event streams."""
+    reply_from_json: the reply in a whole (non-streaming) answer. stream: its event streams.
+    echo: for a format whose replies echo the request and name a stored response (the
+    Responses API), what of the forwarded body to take back out of them (`response_claims`);
+    None: replies are relayed byte for byte."""
 
     name: str
     path: str
@@ -46,6 +50,7 @@ class WireFormat:
     ]
     reply_from_json: Callable[[bytes], Reply | None]
     stream: StreamFormat
+    echo: Callable[[Body, Body | None], Echo] | None = None
 
 
 def _chat_messages(body: Body) -> tuple[Message, ...]:
@@ -113,4 +118,5 @@ RESPONSES = WireFormat(
     forward=_responses_forward,
     reply_from_json=reply_from_response_json,
     stream=RESPONSES_STREAM,
+    echo=echo_of,
 )

@@ -17,7 +17,14 @@ from typing import Any
 
 from memory_bridge.chat.capture import DEFAULT_LIMIT
 from memory_bridge.chat.formats import CHAT, WireFormat
-from memory_bridge.chat.relay import is_sse, read_bounded, relay_events, stream_headers
+from memory_bridge.chat.relay import (
+    StreamFormat,
+    is_sse,
+    read_bounded,
+    relay_events,
+    stream_headers,
+)
+from memory_bridge.chat.response_claims import Echo, ResponseClaims
 from memory_bridge.chat.upstream import Opened, Upstream
 from memory_bridge.context.forge.pipeline import ForgeRules, forge
 from memory_bridge.context.recall import recall_all
@@ -78,6 +85,7 @@ class ChatHandler:
         health: StorageHealth,
         audit: AuditLog,
         *,
+        claims: ResponseClaims,
         max_upstream_body: int = DEFAULT_LIMIT,
         forge_rules: ForgeRules | None = None,
         traces: TraceStore | None = None,
@@ -94,12 +102,19 @@ class ChatHandler:
         self._forge_rules = forge_rules or ForgeRules()
         self._token_rules: dict[ForgeConfig, ForgeRules] = {}
         self._traces = traces
+        self._claims = claims
+
+    @property
+    def claims(self) -> ResponseClaims:
+        return self._claims
 
     async def handle(self, req: ChatRequest) -> Outgoing:
         """Answer one turn. A client that disconnects cancels the calling task; the upstream
         request is abandoned then, but a turn being stored is not."""
         wire = req.wire
         body = wire.parse_body(req.body)
+        if wire.echo is not None:  # a stored response it continues must be the token's own
+            await self._claims.check_body(req.token_id, body)
         scope = _scope(req.token_id, body, req.headers)
         config = req.config
         headers = self._upstream.request_headers(config, req.headers, json_body=True)
@@ -108,7 +123,10 @@ class ChatHandler:
         if config.memory_config.passthrough:
             # No layer to feed or fill: the client's bytes go upstream, nothing is captured.
             opened = await self._upstream.open("POST", url, headers, req.body)
-            return await self._pass_on(opened, req, sse=streaming and is_sse(opened))
+            echo = None if wire.echo is None else wire.echo(body, None)
+            diagnostics = _diagnostics([], req.started)
+            sse = streaming and is_sse(opened)
+            return await self._relay(opened, sse, wire.stream, diagnostics, echo, req.token_id)
         messages = wire.messages(body)
         turn = Turn(
             request_id=req.request_id,
@@ -135,11 +153,13 @@ class ChatHandler:
         payload = req.body
         if forwarded is not None:
             payload = json.dumps(forwarded, ensure_ascii=False).encode()
+        echo = None if wire.echo is None else wire.echo(body, forwarded)
         diagnostics = _diagnostics(recalls, req.started)
         opened = await self._upstream.open("POST", url, headers, payload)
         if streaming and opened.ok and is_sse(opened):
             remember = partial(self._remember, turn, recalls)
             stream = relay_events(opened, self._max_body, remember, wire.stream)
+            stream = self._claimed_stream(stream, req.token_id, echo)
             return Outgoing(opened.status, stream_headers(opened, diagnostics), stream=stream)
         # An error, a JSON reply, or a non-SSE answer to a streaming request (not stored).
         answer = await read_bounded(opened, self._max_body)
@@ -152,25 +172,60 @@ class ChatHandler:
                 log.warning(
                     "upstream reply larger than %d bytes: relayed, turn not stored", self._max_body
                 )
+        answer = await self._claimed_whole(answer, opened, req.token_id, echo)
         return _whole(opened, diagnostics, answer)
 
-    async def forward(self, req: ChatRequest, method: str, target: str) -> Outgoing:
+    async def forward(
+        self, req: ChatRequest, method: str, target: str, echo: Echo | None = None
+    ) -> Outgoing:
         """Pass a request on to the token's upstream as it is (`target`: the path under `/v1`,
-        with its query): the status, headers and body, or event stream, come back unchanged.
-        Nothing is recalled or captured."""
+        with its query): the status, headers and body, or event stream, come back unchanged
+        (but for a response object, fixed by `echo` when given). Nothing is recalled or
+        captured."""
         headers = self._upstream.request_headers(req.config, req.headers, json_body=bool(req.body))
         url = req.config.api_url(target)
         opened = await self._upstream.open(method, url, headers, req.body or None)
-        return await self._pass_on(opened, req, sse=is_sse(opened))
-
-    async def _pass_on(self, opened: Opened, req: ChatRequest, *, sse: bool) -> Outgoing:
-        """The upstream's answer as it is, nothing captured: its events relayed whole, or its
-        body (streamed on when too large to hold)."""
         diagnostics = _diagnostics([], req.started)
+        return await self._relay(opened, is_sse(opened), req.wire.stream, diagnostics, echo, None)
+
+    async def _relay(
+        self,
+        opened: Opened,
+        sse: bool,
+        fmt: StreamFormat,
+        diagnostics: list[tuple[bytes, bytes]],
+        echo: Echo | None,
+        claim_for: int | None,
+    ) -> Outgoing:
+        """An answer relayed without capture: as an event stream or whole."""
         if sse:
-            stream = relay_events(opened, self._max_body, fmt=req.wire.stream)
+            stream = relay_events(opened, self._max_body, fmt=fmt)
+            if echo is not None:
+                stream = self._claims.stream(stream, echo, claim_for)
             return Outgoing(opened.status, stream_headers(opened, diagnostics), stream=stream)
-        return _whole(opened, diagnostics, await read_bounded(opened, self._max_body))
+        answer = await read_bounded(opened, self._max_body)
+        if echo is not None:
+            answer = await self._claimed_whole(answer, opened, claim_for, echo)
+        return _whole(opened, diagnostics, answer)
+
+    def _claimed_stream(
+        self, stream: AsyncGenerator[bytes, None], token_id: int, echo: Echo | None
+    ) -> AsyncGenerator[bytes, None]:
+        """A Responses stream (`echo` given) as the client gets it: see `response_claims`."""
+        return stream if echo is None else self._claims.stream(stream, echo, token_id)
+
+    async def _claimed_whole(
+        self,
+        answer: bytes | AsyncGenerator[bytes, None],
+        opened: Opened,
+        claim_for: int | None,
+        echo: Echo | None,
+    ) -> bytes | AsyncGenerator[bytes, None]:
+        """A Responses JSON reply (`echo` given) as the client gets it. One too large to hold
+        is relayed as it is, unclaimed (docs/decisions.md)."""
+        if echo is None or not opened.ok or not isinstance(answer, bytes):
+            return answer
+        return await self._claims.whole(answer, echo, claim_for)
 
     async def _remember(self, turn: Turn, recalls: list[Recall], reply: Reply) -> bool:
         """Record the completed turn (its events, history and jobs in one transaction);

@@ -21,6 +21,7 @@ from memory_bridge.core.errors import invalid_request
 
 MAX_DEPTH = 400
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
+_KEY_ESCAPE = re.compile(rb"\\u00[4-7][0-9a-fA-F]")
 Keys = tuple[tuple[str, bytes], ...]
 
 
@@ -44,7 +45,11 @@ def parse_responses_body(raw: bytes) -> dict[str, Any]:
 
 def parse_body(raw: bytes, keys: Keys) -> dict[str, Any]:
     """The body as a dict, or a 4xx `ProxyError`; none of `keys` may be given twice."""
-    repeated = [name for name, quoted in keys if raw.count(quoted) > 1]
+    # A key can also be spelled with escapes (`"previous\\u005fresponse_id"`): then counting
+    # its plain spelling proves nothing, and every object is checked as it is parsed. (Only an
+    # escaped letter or `_` can spell one; text escaped by `ensure_ascii` escapes none.)
+    escaped = _KEY_ESCAPE.search(raw) is not None
+    repeated = [name for name, quoted in keys if escaped or raw.count(quoted) > 1]
     try:
         body = json.loads(raw, object_pairs_hook=_refuse_repeated(repeated) if repeated else None)
     except UnicodeDecodeError:

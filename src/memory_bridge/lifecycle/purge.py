@@ -2,8 +2,9 @@
 that was in flight.
 
 1. Every source purges its layer (curated, history, long-term, the episodic shards), then the
-   audit log, the traces, and the event log with its jobs. Each step deletes by token id, so a
-   purge that fails midway leaves the token in place and a retry does all of it again.
+   audit log, the traces, the event log with its jobs, and the record of its stored Responses.
+   Each step deletes by token id, so a purge that fails midway leaves the token in place and a
+   retry does all of it again.
 2. The token's row is deleted: from then on its turns are refused by the recorder (which reads
    the row in the transaction that would store them) and its jobs find no token.
 3. The last sweep: a turn that committed between step 1 and step 2 (a stream still being
@@ -19,6 +20,7 @@ from sqlalchemy import Connection, delete
 
 from memory_bridge.events import log as event_log
 from memory_bridge.sources.services import MemoryServices
+from memory_bridge.storage import response_owners
 from memory_bridge.storage.tables import context_traces, curated, events, messages
 from memory_bridge.storage.traces import TraceStore
 
@@ -55,6 +57,7 @@ async def _purge_layers(runtime: MemoryServices, token_id: int, traces: TraceSto
     if traces is not None:
         await traces.purge(token_id)
     await runtime.db.write(lambda conn: event_log.purge(conn, token_id))
+    await runtime.db.write(lambda conn: response_owners.purge(conn, token_id))
 
 
 def _late_rows(conn: Connection, token_id: int) -> None:
@@ -62,3 +65,4 @@ def _late_rows(conn: Connection, token_id: int) -> None:
     event_log.purge(conn, token_id)
     for table in (messages, curated, events, context_traces):
         conn.execute(delete(table).where(table.c.token_id == token_id))
+    response_owners.purge(conn, token_id)

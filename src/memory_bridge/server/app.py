@@ -13,6 +13,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from memory_bridge.chat.handler import ChatHandler
+from memory_bridge.chat.response_claims import ResponseClaims
 from memory_bridge.chat.upstream import Upstream, create_session
 from memory_bridge.context.forge.pipeline import ForgeRules
 from memory_bridge.context.forge.select import SelectRules
@@ -29,6 +30,7 @@ from memory_bridge.jobs.wiring import create_worker
 from memory_bridge.settings import Settings
 from memory_bridge.sources.services import open_memory_services
 from memory_bridge.storage.health import StorageHealth
+from memory_bridge.storage.response_owners import ResponseOwners
 from memory_bridge.storage.traces import TraceStore
 from memory_bridge.tenancy.config import TEMPLATE_LANGUAGES
 
@@ -87,6 +89,7 @@ async def running_services(settings: Settings) -> AsyncIterator[Services]:
         max_upstream_body=settings.max_upstream_body_bytes,
         forge_rules=ForgeRules(rules=SelectRules(budget_tokens=settings.memory_token_budget)),
         traces=traces,
+        claims=ResponseClaims(ResponseOwners(memory.db)),
     )
     token_count.load()
     if worker is not None:

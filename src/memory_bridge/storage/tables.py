@@ -161,3 +161,17 @@ vector_generations = Table(
     Column("error", String(300), nullable=True),
     Column("updated_at", Float, nullable=False),
 )
+
+# The stored Responses each token created (ids taken from the replies the proxy relayed): every
+# path that names a response id is answered only for its creator (storage.response_owners).
+# `instructions`: how the proxy changed the request's `instructions` (NULL: it did not; -1: the
+# client sent none; n: the client's were its first n characters), so the echo of a retrieved
+# response can be given back as the client sent it.
+response_owners = Table(
+    "response_owners",
+    metadata,
+    Column("token_id", Integer, primary_key=True),
+    Column("response_id", String(200), primary_key=True),
+    Column("created_at", Float, nullable=False),
+    Column("instructions", Integer, nullable=True),
+)
