@@ -53,6 +53,8 @@ _OWNED = {
     EventType.LONGTERM_RETAINED,
     EventType.LONGTERM_UPDATED,
     EventType.LONGTERM_DELETED,
+    EventType.MEMORY_ADDED,
+    EventType.MEMORY_DELETED,
 }
 
 

@@ -24,6 +24,7 @@ from memory_bridge.http import admin, passthrough_routes
 from memory_bridge.http.body_limits import BodyLimits
 from memory_bridge.http.edge import EdgeMiddleware
 from memory_bridge.http.errors import install_error_handlers
+from memory_bridge.http.mcp.server import create_session_manager
 from memory_bridge.http.services import Services, services_of
 from memory_bridge.jobs.wiring import create_worker
 from memory_bridge.settings import Settings
@@ -81,6 +82,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         traces = TraceStore(
             runtime.db, settings.trace_retention_count, settings.trace_retention_seconds
         )
+        # The MCP SDK's session manager runs (its task group) for as long as the app does.
+        mcp = create_session_manager(settings)
         app.state.services = Services(
             settings=settings,
             memory=runtime,
@@ -102,6 +105,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             storage_health=health,
             body_limits=BodyLimits.from_settings(settings),
             worker=worker,
+            mcp=mcp,
         )
         token_count.load()
         if worker is not None:
@@ -110,7 +114,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         freeze_long_lived()
         log.info("MemoryBridge ready")
         try:
-            yield
+            async with mcp.run():
+                yield
         finally:
             if worker is not None:
                 await worker.stop(settings.background_drain_timeout)
