@@ -8,10 +8,14 @@ import json
 from typing import Any
 
 import httpx
+import openai
 import pytest
+from agents import Agent, RunConfig, Runner
+from agents.mcp import MCPServerStreamableHttp, MCPServerStreamableHttpParams
+from agents.models.openai_provider import OpenAIProvider
 from mcp.shared.exceptions import MCPError
 
-from tests.fakes.upstream import FakeUpstream
+from tests.fakes.upstream import FakeUpstream, Scenario, ToolCall
 from tests.integration.chat_helpers import stored_rows
 from tests.integration.hybrid_memory_support import db_rows
 from tests.integration.longterm_support import forwarded_recall
@@ -25,6 +29,7 @@ from tests.integration.mcp_support import (
     run,
     say,
 )
+from tests.integration.responses_helpers import MODEL
 from tests.support.proxy import Proxy
 
 TOOLS = {"search_memory", "add_memory", "list_memories", "delete_memory", "get_profile"}
@@ -231,3 +236,51 @@ def test_a_malformed_message_is_a_clear_error_and_stores_nothing(proxy: Proxy) -
     assert error_text(bad).startswith("Invalid arguments for add_memory: text:")
     assert _events(proxy) == before
     assert json.dumps(proxy.admin("GET", f"/tokens/{token_id}/jobs").json()).count("done") == 0
+
+
+def test_an_agents_sdk_run_calls_add_memory_through_the_proxy(
+    proxy: Proxy, upstream: FakeUpstream
+) -> None:
+    """The OpenAI Agents SDK, its model and its MCP server both pointed at the proxy: the
+    (fake) model calls `add_memory`, the SDK runs it over MCP, the model answers."""
+    token_id, token = proxy.create_token()
+    fact = "Ada takes her tea without sugar"
+    upstream.enqueue(
+        Scenario(tool_calls=[ToolCall("add_memory", {"text": fact}, id="call_m")]),
+        Scenario(content="I will remember that."),
+    )
+
+    async def work() -> Any:
+        client = openai.AsyncOpenAI(
+            base_url=f"{proxy.url}/v1",
+            api_key=token,
+            max_retries=0,
+            default_headers={"X-Session-Id": "agent", "X-User-Id": "ada"},
+        )
+        config = RunConfig(
+            model_provider=OpenAIProvider(openai_client=client), tracing_disabled=True
+        )
+        params: MCPServerStreamableHttpParams = {
+            "url": f"{proxy.url}/mcp",
+            "headers": {"Authorization": f"Bearer {token}", "X-User-Id": "ada"},
+            "timeout": 30,
+        }
+        async with MCPServerStreamableHttp(params, client_session_timeout_seconds=30) as server:
+            agent = Agent(
+                name="memory", instructions="Remember facts.", model=MODEL, mcp_servers=[server]
+            )
+            return await Runner.run(agent, "Remember: no sugar in my tea.", run_config=config)
+
+    result = run(work)
+    assert result.final_output == "I will remember that."
+    first, second = (r.json for r in upstream.responses_requests)
+    assert "add_memory" in {t["name"] for t in first["tools"]}
+    output = next(i for i in second["input"] if i.get("type") == "function_call_output")
+    assert output["call_id"] == "call_m"
+    # The SDK hands the tool's text content back to the model as it came.
+    (text,) = [part["text"] for part in output["output"] if part["type"] == "input_text"]
+    added = json.loads(text)
+    assert added["user"] == "ada" and added["layer"] == "episodic"
+    listed = ok(call(proxy, token, "list_memories", {"user": "ada"}))
+    assert [(m["id"], m["text"]) for m in listed["items"]] == [(added["id"], fact)]
+    assert token_id
