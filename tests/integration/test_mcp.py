@@ -18,7 +18,7 @@ from mcp.shared.exceptions import MCPError
 from tests.fakes.upstream import FakeUpstream, Scenario, ToolCall
 from tests.integration.chat_helpers import stored_rows
 from tests.integration.hybrid_memory_support import db_rows
-from tests.integration.longterm_support import forwarded_recall
+from tests.integration.longterm_support import forwarded_recall, memory_fields
 from tests.integration.mcp_support import (
     call,
     error_text,
@@ -284,3 +284,41 @@ def test_an_agents_sdk_run_calls_add_memory_through_the_proxy(
     listed = ok(call(proxy, token, "list_memories", {"user": "ada"}))
     assert [(m["id"], m["text"]) for m in listed["items"]] == [(added["id"], fact)]
     assert token_id
+
+
+def test_with_long_term_memory_a_fact_is_kept_as_said_and_deleted_by_either_id(
+    mem0_proxy: Proxy, upstream: FakeUpstream
+) -> None:
+    proxy = mem0_proxy
+    # The chats' own extraction keeps nothing: every fact here is one added through MCP.
+    upstream.memory_responder = lambda _: Scenario(content=json.dumps({"memory": []}))
+    token_id, token = proxy.create_token(**memory_fields(proxy.upstream_url))
+    user = {"X-User-Id": "ada"}
+    added = ok(call(proxy, token, "add_memory", {"text": TEA}, user))
+    assert added["layer"] == "longterm"
+    jobs_done(proxy, token_id, "longterm")
+    assert upstream.memory_requests == []  # stored as said: no extraction call
+
+    listed = ok(call(proxy, token, "list_memories", {}, user))["items"]
+    assert [(m["text"], m["added_id"], m["layer"]) for m in listed] == [
+        (TEA, added["id"], "longterm")
+    ]
+    hits = ok(call(proxy, token, "search_memory", {"query": "favourite tea?"}, user))["items"]
+    assert [(i["source"], i["text"]) for i in hits] == [("longterm", TEA)]
+    say(proxy, token, "What is my favourite tea?", "s1")
+    assert listed_memories(forwarded_recall(upstream)) == [TEA]
+
+    # Deleted by the id add_memory gave: gone from Mem0 too.
+    assert ok(call(proxy, token, "delete_memory", {"id": added["id"]}, user))
+    assert ok(call(proxy, token, "list_memories", {}, user))["items"] == []
+    # Another fact deleted by the fact's own id, as list_memories shows it; not by another user.
+    second = ok(call(proxy, token, "add_memory", {"text": "Ada sails on Sundays"}, user))
+    jobs_done(proxy, token_id, "longterm")
+    (fact,) = ok(call(proxy, token, "list_memories", {}, user))["items"]
+    assert fact["added_id"] == second["id"] and fact["id"] != second["id"]
+    refused = call(proxy, token, "delete_memory", {"id": fact["id"], "user": "eve"})
+    assert error_text(refused) == "No memory with that id for this user."
+    assert ok(call(proxy, token, "delete_memory", {"id": fact["id"]}, user))
+    assert ok(call(proxy, token, "list_memories", {}, user))["items"] == []
+    say(proxy, token, "When do I sail, and what tea?", "s2")
+    assert forwarded_recall(upstream) == ""
