@@ -5,6 +5,8 @@ next chat request recalls it, deleted from every index — and nobody else's."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -30,7 +32,7 @@ from tests.integration.mcp_support import (
     say,
 )
 from tests.integration.responses_helpers import MODEL
-from tests.support.proxy import Proxy
+from tests.support.proxy import Proxy, start_proxy
 
 TOOLS = {"search_memory", "add_memory", "list_memories", "delete_memory", "get_profile"}
 MCP_HEADERS = {"Accept": "application/json, text/event-stream"}
@@ -322,3 +324,41 @@ def test_with_long_term_memory_a_fact_is_kept_as_said_and_deleted_by_either_id(
     assert ok(call(proxy, token, "list_memories", {}, user))["items"] == []
     say(proxy, token, "When do I sail, and what tea?", "s2")
     assert forwarded_recall(upstream) == ""
+
+
+LIMIT = 64 * 1024
+
+
+@pytest.mark.parametrize("declared", [True, False])
+def test_an_mcp_body_is_bounded_as_on_chat(
+    tmp_path: Path, upstream_server: tuple[FakeUpstream, str], declared: bool
+) -> None:
+    server, proxy = start_proxy(tmp_path / "data", upstream_server[1], max_request_bytes=LIMIT)
+    try:
+        _, token = proxy.create_token()
+        before = _events(proxy)
+        arguments = json.dumps({"text": "x" * LIMIT})
+        body = (
+            '{"jsonrpc": "2.0", "id": 1, "method": "tools/call", '
+            f'"params": {{"name": "add_memory", "arguments": {arguments}}}}}'
+        ).encode()
+        content: bytes | Iterator[bytes] = body
+        if not declared:  # chunked: refused as it arrives, past the limit
+            content = iter([body[i : i + 4096] for i in range(0, len(body), 4096)])
+        reply = httpx.post(
+            f"{proxy.url}/mcp",
+            content=content,
+            headers={
+                "Authorization": f"Bearer {token}",
+                **MCP_HEADERS,
+                "Content-Type": "application/json",
+            },
+            timeout=30,
+        )
+        assert reply.status_code == 413, reply.text
+        # The edge's refusal, as on chat (not the SDK's own), before any MCP message is read.
+        error = reply.json()["error"]
+        assert error["type"] == "invalid_request_error" and str(LIMIT) in error["message"]
+        assert _events(proxy) == before
+    finally:
+        server.stop()

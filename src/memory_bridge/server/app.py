@@ -83,7 +83,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             runtime.db, settings.trace_retention_count, settings.trace_retention_seconds
         )
         # The MCP SDK's session manager runs (its task group) for as long as the app does.
-        mcp = create_session_manager(settings)
+        mcp = create_session_manager()
         app.state.services = Services(
             settings=settings,
             memory=runtime,

@@ -30,7 +30,6 @@ from memory_bridge.core.turn import Scope as MemoryScope
 from memory_bridge.http.mcp import tools
 from memory_bridge.http.mcp.schemas import DESCRIPTIONS, MAX_USER, input_schema
 from memory_bridge.http.services import services_in
-from memory_bridge.settings import Settings
 from memory_bridge.storage.tokens import Principal
 
 log = logging.getLogger(__name__)
@@ -42,6 +41,7 @@ CALLS = Counter(
     "MCP tool calls, by tool and outcome (ok, refused, invalid, failed).",
     ["tool", "outcome"],
 )
+_UNBOUNDED_HERE = 1 << 62
 _UNKNOWN = "unknown"  # the label of a call to a tool that does not exist
 Run = Callable[[tools.Caller, Any], Awaitable[dict[str, Any]]]
 _RUN: dict[str, Run] = {
@@ -57,7 +57,7 @@ _INSTRUCTIONS = (
 )
 
 
-def create_session_manager(settings: Settings) -> StreamableHTTPSessionManager:
+def create_session_manager() -> StreamableHTTPSessionManager:
     """The SDK's session manager over our tools; its `run()` is entered in the app's
     lifespan (server/app.py), and `endpoint` hands it the requests."""
     server: Server[Any] = Server(
@@ -71,7 +71,9 @@ def create_session_manager(settings: Settings) -> StreamableHTTPSessionManager:
         app=server,
         stateless=True,
         json_response=True,
-        max_request_body_size=settings.max_request_bytes,
+        # The edge bounds the body (size, time, rate) as on chat and answers in its own shape;
+        # the SDK's own check, on the declared length only, would answer first in another.
+        max_request_body_size=_UNBOUNDED_HERE,
     )
 
 
