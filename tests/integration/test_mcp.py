@@ -20,7 +20,7 @@ from mcp.shared.exceptions import MCPError
 from tests.fakes.upstream import FakeUpstream, Scenario, ToolCall
 from tests.integration.chat_helpers import stored_rows
 from tests.integration.hybrid_memory_support import db_rows
-from tests.integration.longterm_support import forwarded_recall, memory_fields
+from tests.integration.longterm_support import forwarded_recall, memory_fields, wait_until
 from tests.integration.mcp_support import (
     call,
     error_text,
@@ -360,5 +360,36 @@ def test_an_mcp_body_is_bounded_as_on_chat(
         error = reply.json()["error"]
         assert error["type"] == "invalid_request_error" and str(LIMIT) in error["message"]
         assert _events(proxy) == before
+    finally:
+        server.stop()
+
+
+def test_a_rebuild_from_the_log_keeps_added_facts_and_not_deleted_ones(
+    tmp_path: Path, upstream_server: tuple[FakeUpstream, str]
+) -> None:
+    # A short token cache: the rebuild drops the old shard one cache period after its switch.
+    server, proxy = start_proxy(tmp_path / "data", upstream_server[1], token_cache_ttl=0.2)
+    try:
+        token_id, token = proxy.create_token()
+        user = {"X-User-Id": "ada"}
+        kept = ok(call(proxy, token, "add_memory", {"text": TEA}, user))
+        gone = ok(call(proxy, token, "add_memory", {"text": "Ada's tea kettle is green"}, user))
+        jobs_done(proxy, token_id, "episodic")
+        ok(call(proxy, token, "delete_memory", {"id": gone["id"]}, user))
+
+        started = proxy.admin("POST", f"/tokens/{token_id}/rebuild?layer=episodic")
+        assert started.status_code == 202, started.text
+
+        def idle() -> bool:
+            layers = proxy.admin("GET", f"/tokens/{token_id}/rebuild").json()["layers"]
+            state = layers.get("episodic", {})
+            return state.get("state") == "idle" and state.get("active", {}).get(
+                "model", ""
+            ).endswith("@g1")
+
+        wait_until(idle, what="the rebuild")
+        hits = ok(call(proxy, token, "search_memory", {"query": "Ada's tea kettle"}, user))
+        assert [i["text"] for i in hits["items"]] == [TEA]
+        assert kept["id"] != gone["id"]
     finally:
         server.stop()
