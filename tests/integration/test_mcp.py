@@ -110,9 +110,21 @@ def test_added_memory_is_injected_then_deleted_everywhere(
     assert added["layer"] == "episodic" and added["user"] == "ada"
     jobs_done(proxy, token_id, "episodic")
 
-    # The next chat request, in a new session, recalls it.
-    say(proxy, token, "What tea do I like, lapsang?", "new-session")
+    # The next chat request, in a new session, recalls it; its trace says so.
+    raw = proxy.client(token).chat.completions.with_raw_response.create(
+        model="m",
+        messages=[{"role": "user", "content": "What tea do I like, lapsang?"}],
+        user="ada",
+        extra_headers={"X-Session-Id": "new-session"},
+    )
     assert TEA in listed_memories(forwarded_recall(upstream))
+    trace_path = f"/tokens/{token_id}/traces/{raw.headers['x-request-id']}"
+
+    def written() -> httpx.Response | None:  # traces are written in batches, off the request
+        reply = proxy.admin("GET", trace_path)
+        return reply if reply.status_code == 200 else None
+
+    assert TEA in wait_until(written, what="the trace").text
     listed = ok(call(proxy, token, "list_memories", {"user": "ada"}))
     assert [(m["id"], m["text"]) for m in listed["items"]] == [(memory_id, TEA)]
     assert listed["next_cursor"] is None
@@ -137,7 +149,8 @@ def test_added_memory_is_injected_then_deleted_everywhere(
     assert ok(call(proxy, token, "list_memories", {"user": "ada"}))["items"] == []
     say(proxy, token, "What tea do I like, lapsang?", "third-session")
     assert TEA not in forwarded_recall(upstream)
-    # The text left the log; a content-free tombstone stays.
+    # The text left the log and the trace that recalled it; a content-free tombstone stays.
+    assert proxy.admin("GET", trace_path).status_code == 404
     types = [t for t, _ in _events(proxy)]
     assert "memory.added" not in types and types.count("memory.deleted") == 1
     assert all("souchong" not in payload for _, payload in _events(proxy))

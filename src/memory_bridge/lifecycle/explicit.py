@@ -4,9 +4,9 @@ jobs index them like a turn's memory, listed, and deleted from every index at on
 An added fact goes to the token's long-term memory (Mem0, stored as it is said, no
 extraction) where the token has it, to its episodic index otherwise: one job, of that layer,
 committed with the event. Its id is the event id. A delete removes the event row (the text
-leaves the log) and the jobs not yet running, appends a content-free `memory.deleted`
-tombstone, then deletes what the layers wrote for the event, waiting for a job that was
-running so nothing it writes survives the delete.
+leaves the log), the jobs not yet running and the context traces that recalled it, appends a
+content-free `memory.deleted` tombstone, then deletes what the layers wrote for the event,
+waiting for a job that was running so nothing it writes survives the delete.
 """
 
 from __future__ import annotations
@@ -154,6 +154,8 @@ class ExplicitMemory:
             ]
             conn.execute(delete(jobs).where(of_event, jobs.c.status != queue.RUNNING))
             conn.execute(delete(memory_events).where(memory_events.c.id == row.id))
+            # The context traces of requests that recalled it hold its text.
+            erase_rows.erase_traces(conn, scope.token_id, (), {fact_id})
             log.append(conn, scope.token_id, [tombstone])
             return running
 
