@@ -188,6 +188,16 @@ def test_the_profile_is_the_curated_documents(proxy: Proxy) -> None:
     assert ok(call(proxy, token, "get_profile", {"user": "eve"}))["user_md"] == ""
 
 
+def test_a_passthrough_token_has_no_memory_to_serve(proxy: Proxy) -> None:
+    token_id, token = proxy.create_token(memory={"mode": "off"})
+    before = _events(proxy)
+    for tool, arguments in (("add_memory", {"text": TEA}), ("search_memory", {"query": "tea"})):
+        refused = call(proxy, token, tool, arguments)
+        assert error_text(refused) == "This token's memory is off (memory.mode 'off')."
+    assert _events(proxy) == before
+    assert token_id
+
+
 @pytest.mark.parametrize("who", ["admin", "wrong"])
 def test_the_admin_token_and_a_wrong_token_are_refused_before_any_message(
     proxy: Proxy, who: str

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, delete, func, select
+from sqlalchemy import Connection, bindparam, delete, func, select
 
 from memory_bridge.core.turn import Scope
 from memory_bridge.events import log, queue
@@ -32,13 +32,22 @@ from memory_bridge.events.model import (
 )
 from memory_bridge.lifecycle import erase_rows
 from memory_bridge.sources.services import MemoryServices
-from memory_bridge.storage.tables import jobs, memory_events
+from memory_bridge.storage.tables import jobs, memory_events, tokens
 from memory_bridge.tenancy.config import TokenConfig
 
 # The session slot of explicit facts: their jobs' order key, the episodic points' session.
 SESSION = "mcp"
 MAX_CHARS = 8000
 _POLL = 0.05
+
+
+_TOKEN_ROW = (
+    select(tokens.c.id).where(tokens.c.id == bindparam("token_id")).with_for_update(read=True)
+)
+
+
+class TokenGone(Exception):
+    """The token was deleted while a fact was being added to it."""
 
 
 class NoMemoryLayer(Exception):
@@ -94,6 +103,10 @@ class ExplicitMemory:
         order_key = session_aggregate(scope.token_id, scope.user, SESSION)
 
         def work(conn: Connection) -> StoredEvent:
+            # As a turn's recording: a token deleted meanwhile gets nothing (its purge waits
+            # for this transaction on PostgreSQL, or runs after it and removes it).
+            if conn.execute(_TOKEN_ROW, {"token_id": scope.token_id}).first() is None:
+                raise TokenGone
             stored = log.append(conn, scope.token_id, [event])
             queue.enqueue(conn, event_id, scope.token_id, order_key, (layer,))
             return stored[-1]

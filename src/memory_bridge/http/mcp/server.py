@@ -167,6 +167,8 @@ def _caller(request: Request) -> tools.Caller:
     principal: Principal = state["principal"]  # set by the edge, which refused anything else
     if principal.config is None:
         raise _Refused("refused", "This token cannot use memory.")
+    if principal.config.memory_config.passthrough:  # `memory.mode: off`: nothing is kept
+        raise _Refused("refused", "This token's memory is off (memory.mode 'off').")
     user = request.headers.get("x-user-id", TOKEN_WIDE_USER)
     session = request.headers.get("x-session-id", DEFAULT_SESSION) or DEFAULT_SESSION
     for label, value in (("X-User-Id", user), ("X-Session-Id", session)):

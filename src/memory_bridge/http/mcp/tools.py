@@ -13,7 +13,7 @@ from memory_bridge.core.messages import Message
 from memory_bridge.core.turn import Scope, Turn
 from memory_bridge.http.mcp.schemas import AddArgs, DeleteArgs, ListArgs, ProfileArgs, SearchArgs
 from memory_bridge.http.services import Services
-from memory_bridge.lifecycle.explicit import ExplicitMemory, NoMemoryLayer
+from memory_bridge.lifecycle.explicit import ExplicitMemory, NoMemoryLayer, TokenGone
 from memory_bridge.sources.curated import CuratedMemory
 from memory_bridge.sources.longterm import config as mem0_config
 from memory_bridge.sources.longterm.source import EVENT_ID_KEY
@@ -108,6 +108,8 @@ async def add_memory(caller: Caller, args: AddArgs) -> dict[str, Any]:
         fact = await caller.explicit().add(scope, caller.config, args.text, caller.meta)
     except NoMemoryLayer:
         raise ToolFailed("This token has no memory layer that can keep a fact.") from None
+    except TokenGone:
+        raise ToolFailed("This token no longer exists.") from None
     return {"id": fact.id, "layer": fact.layer, "user": scope.user}
 
 
