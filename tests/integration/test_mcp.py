@@ -175,6 +175,25 @@ def test_every_call_is_audited_and_counted_without_its_text(proxy: Proxy) -> Non
     assert "lapsang" not in metrics and token not in metrics
 
 
+def test_list_memories_pages_with_its_cursor(proxy: Proxy) -> None:
+    _, token = proxy.create_token()
+    facts = [f"Fact number {i} about Ada" for i in range(5)]
+    for fact in facts:
+        ok(call(proxy, token, "add_memory", {"text": fact, "user": "ada"}))
+    seen: list[str] = []
+    pages = 0
+    cursor: str | None = None
+    while pages < len(facts):  # a bound: a cursor that never ends fails, not hangs
+        arguments = {"user": "ada", "limit": 2, "cursor": cursor}
+        page = ok(call(proxy, token, "list_memories", arguments))
+        seen.extend(m["text"] for m in page["items"])
+        pages += 1
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == facts and pages == 3
+
+
 def test_the_profile_is_the_curated_documents(proxy: Proxy) -> None:
     token_id, token = proxy.create_token()
     put = proxy.admin("PUT", f"/tokens/{token_id}/curated/memory", content="Be brief.")
