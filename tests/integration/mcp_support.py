@@ -13,10 +13,18 @@ from mcp import types
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
+from tests.integration.hybrid_memory_support import db_rows
 from tests.integration.longterm_support import wait_until
 from tests.support.proxy import Proxy
 
 T = TypeVar("T")
+MCP_HEADERS = {"Accept": "application/json, text/event-stream"}
+TEA = "Ada's favourite tea is lapsang souchong"
+
+
+def events(proxy: Proxy) -> list[tuple[Any, ...]]:
+    """Every event of the log: (type, payload JSON), in order."""
+    return db_rows(proxy, "select type, payload from memory_events order by id")
 
 
 @asynccontextmanager
