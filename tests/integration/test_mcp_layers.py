@@ -12,7 +12,14 @@ import httpx
 import pytest
 
 from tests.fakes.upstream import FakeUpstream, Scenario
-from tests.integration.longterm_support import forwarded_recall, memory_fields, wait_until
+from tests.integration.chat_helpers import closed_port_url
+from tests.integration.longterm_support import (
+    EMBED_KEY,
+    MEMORY_LLM_KEY,
+    forwarded_recall,
+    memory_fields,
+    wait_until,
+)
 from tests.integration.mcp_support import (
     MCP_HEADERS,
     TEA,
@@ -24,7 +31,7 @@ from tests.integration.mcp_support import (
     ok,
     say,
 )
-from tests.support.proxy import Proxy, start_proxy
+from tests.support.proxy import UPSTREAM_KEY, Proxy, start_proxy
 
 
 def test_with_long_term_memory_a_fact_is_kept_as_said_and_deleted_by_either_id(
@@ -131,3 +138,27 @@ def test_a_rebuild_from_the_log_keeps_added_facts_and_not_deleted_ones(
         assert kept["id"] != gone["id"]
     finally:
         server.stop()
+
+
+def test_a_failing_layer_is_a_clear_tool_error_without_a_secret(
+    mem0_proxy: Proxy, upstream: FakeUpstream
+) -> None:
+    proxy = mem0_proxy
+    body = {
+        "name": "broken",
+        "llm_base_url": proxy.upstream_url,
+        "llm_api_key": UPSTREAM_KEY,
+        **memory_fields(proxy.upstream_url, embed_base_url=closed_port_url()),
+    }
+    created = proxy.admin("POST", "/tokens?validate=false", json=body)  # saved unchecked
+    assert created.status_code == 201, created.text
+    token_id, token = created.json()["id"], created.json()["token"]
+    failed = call(proxy, token, "search_memory", {"query": "tea?"}, {"X-User-Id": "ada"})
+    text = error_text(failed)
+    assert text.startswith("Memory retrieval failed (longterm: embedder_unreachable)")
+    for secret in (EMBED_KEY, MEMORY_LLM_KEY, UPSTREAM_KEY, token, closed_port_url()[:16]):
+        assert secret not in text
+    audit = proxy.admin("GET", f"/tokens/{token_id}/events", params={"type": "mcp_tool_called"})
+    assert [e["data"] for e in audit.json()["data"]] == [
+        {"tool": "search_memory", "outcome": "failed"}
+    ]
