@@ -19,6 +19,7 @@ from tests.integration.longterm_support import (
     forwarded_recall,
     memory_fields,
     wait_until,
+    with_rid,
 )
 from tests.integration.mcp_support import (
     MCP_HEADERS,
@@ -141,9 +142,10 @@ def test_a_rebuild_from_the_log_keeps_added_facts_and_not_deleted_ones(
 
 
 def test_a_failing_layer_is_a_clear_tool_error_without_a_secret(
-    mem0_proxy: Proxy, upstream: FakeUpstream
+    mem0_proxy: Proxy, upstream: FakeUpstream, logs: pytest.LogCaptureFixture
 ) -> None:
     proxy = mem0_proxy
+    with_rid(logs)
     body = {
         "name": "broken",
         "llm_base_url": proxy.upstream_url,
@@ -159,6 +161,9 @@ def test_a_failing_layer_is_a_clear_tool_error_without_a_secret(
     for secret in (EMBED_KEY, MEMORY_LLM_KEY, UPSTREAM_KEY, token, closed_port_url()[:16]):
         assert secret not in text
     audit = proxy.admin("GET", f"/tokens/{token_id}/events", params={"type": "mcp_tool_called"})
-    assert [e["data"] for e in audit.json()["data"]] == [
-        {"tool": "search_memory", "outcome": "failed"}
-    ]
+    (entry,) = audit.json()["data"]
+    assert entry["data"] == {"tool": "search_memory", "outcome": "failed"}
+    # The server's log line of the failure carries the request's id, and no secret.
+    (line,) = [r for r in logs.records if "long-term memory search failed" in r.getMessage()]
+    assert getattr(line, "rid", None) == entry["request_id"]
+    assert all(s not in line.getMessage() for s in (EMBED_KEY, MEMORY_LLM_KEY, UPSTREAM_KEY))
