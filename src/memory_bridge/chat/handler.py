@@ -26,7 +26,7 @@ from memory_bridge.chat.relay import (
 )
 from memory_bridge.chat.response_claims import Echo, ResponseClaims
 from memory_bridge.chat.upstream import Opened, Upstream
-from memory_bridge.context.forge.pipeline import ForgeRules, forge
+from memory_bridge.context.forge.pipeline import Forged, ForgeRules, forge
 from memory_bridge.context.recall import recall_all
 from memory_bridge.context.template import MemoryTemplate
 from memory_bridge.core.errors import invalid_request
@@ -135,13 +135,8 @@ class ChatHandler:
             messages=messages,
             query=latest_user_text(messages),
         )
-        recalls = await recall_all(self._sources, turn)
-        if wire.upstream_holds_history(body):
-            # Still recalled: the history source also tells what of the request is stored.
-            recalls = [replace(r, history=()) if r.history else r for r in recalls]
+        forged = await self.recall(turn, drop_history=wire.upstream_holds_history(body))
         memory = config.memory_config
-        rules = self._rules_for(memory.forge)
-        forged = forge(recalls, messages, rules, count_tokens, time.time())
         recalls = forged.recalls
         limit = self._recorder.max_message_bytes
         cut = sum(1 for m in conversation(messages) if bounded(m, limit) is not m)
@@ -174,6 +169,17 @@ class ChatHandler:
                 )
         answer = await self._claimed_whole(answer, opened, req.token_id, echo)
         return _whole(opened, diagnostics, answer)
+
+    async def recall(self, turn: Turn, *, drop_history: bool = False) -> Forged:
+        """What this turn would be given: every source recalled (the failure policy applied),
+        then forged with the token's rules. Nothing is stored; the MCP `search_memory` tool
+        asks this too, so a tool's search and a chat request rank alike."""
+        recalls = await recall_all(self._sources, turn)
+        if drop_history:
+            # Still recalled: the history source also tells what of the request is stored.
+            recalls = [replace(r, history=()) if r.history else r for r in recalls]
+        rules = self._rules_for(turn.config.memory_config.forge)
+        return forge(recalls, turn.messages, rules, count_tokens, time.time())
 
     async def forward(
         self, req: ChatRequest, method: str, target: str, echo: Echo | None = None

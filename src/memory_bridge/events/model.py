@@ -26,6 +26,11 @@ class EventType(StrEnum):
     LONGTERM_UPDATED = "longterm.updated"
     LONGTERM_DELETED = "longterm.deleted"
     USER_ERASED = "user.erased"
+    # A fact stated explicitly (the MCP `add_memory` tool), indexed by the queue like a
+    # turn; payload shaped like a turn's (one user message) plus `explicit: true`. Deleted,
+    # its event row goes and the content-free `memory.deleted` tombstone stays.
+    MEMORY_ADDED = "memory.added"
+    MEMORY_DELETED = "memory.deleted"
     # An operator's (or an embedder change's) request to rebuild a layer's vectors from the
     # log; its job is the rebuild (lifecycle.rebuild). Payload: layer, reason, model id.
     INDEX_REBUILD_REQUESTED = "index.rebuild_requested"
@@ -47,6 +52,10 @@ def curated_aggregate(token_id: int, kind: str, user: str) -> str:
 
 def longterm_aggregate(token_id: int, user: str, memory_id: str) -> str:
     return _key(token_id, user, "longterm", memory_id)
+
+
+def memory_aggregate(token_id: int, user: str, memory_id: str) -> str:
+    return _key(token_id, user, "memory", memory_id)
 
 
 def user_aggregate(token_id: int, user: str) -> str:

@@ -23,6 +23,7 @@ from memory_bridge.core.request_context import new_request_id, request_id_var
 from memory_bridge.http import chat_routes, responses_routes
 from memory_bridge.http.body_limits import BodyLimits, BodyReader, BodyRefused
 from memory_bridge.http.errors import error_body
+from memory_bridge.http.mcp import server as mcp_server
 from memory_bridge.http.services import services_in
 from memory_bridge.storage.tokens import Principal, TokenStore
 
@@ -86,6 +87,9 @@ class EdgeMiddleware:
                     await responses_routes.responses(scope, reader.receive, send_with_id)
                 elif path.startswith(responses_routes.PREFIX):
                     await responses_routes.below_responses(scope, reader.receive, send_with_id)
+                elif path == mcp_server.PATH:
+                    # Authenticated above like chat (a service token), the body bounded alike.
+                    await mcp_server.endpoint(scope, reader.receive, send_with_id)
                 else:
                     await self.app(scope, reader.receive, send_with_id)
             except BodyRefused as refused:
@@ -119,7 +123,7 @@ async def authenticate(scope: Scope, path: str) -> Principal:
     if wants_admin and not principal.is_admin:
         raise Denied(403, "permission_error", "This endpoint needs the admin token.")
     if not wants_admin and (principal.is_admin or principal.config is None):
-        raise Denied(403, "permission_error", "The admin token cannot be used for chat.")
+        raise Denied(403, "permission_error", "The admin token cannot be used for chat or MCP.")
     return principal
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import cast
 
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.applications import Starlette
 from starlette.requests import HTTPConnection
 from starlette.types import Scope
@@ -31,6 +32,7 @@ class Services:
     storage_health: StorageHealth
     body_limits: BodyLimits
     worker: JobWorker | None  # None when `serve` leaves the queue to worker processes
+    mcp: StreamableHTTPSessionManager  # `/mcp` (http/mcp); run for the app's lifetime
 
 
 def services_of(request: HTTPConnection) -> Services:

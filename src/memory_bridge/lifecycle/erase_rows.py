@@ -53,6 +53,8 @@ _OWNED = {
     EventType.LONGTERM_RETAINED,
     EventType.LONGTERM_UPDATED,
     EventType.LONGTERM_DELETED,
+    EventType.MEMORY_ADDED,
+    EventType.MEMORY_DELETED,
 }
 
 
@@ -156,7 +158,7 @@ def _erase(conn: Connection, token_id: int, user: str) -> RowsErased:
         ).rowcount
     for chunk in _chunks(ids):
         conn.execute(delete(memory_events).where(memory_events.c.id.in_(chunk)))
-    out.traces = _erase_traces(conn, token_id, request_ids, set(event_ids))
+    out.traces = erase_traces(conn, token_id, request_ids, set(event_ids))
     out.audit = conn.execute(
         delete(events).where(
             events.c.token_id == token_id,
@@ -209,7 +211,7 @@ def _user_events(
     return ids, event_ids, request_ids, sessions
 
 
-def _erase_traces(
+def erase_traces(
     conn: Connection, token_id: int, request_ids: Iterable[str], event_ids: set[str]
 ) -> int:
     """Traces don't record the end user: the user's are those of the requests their events

@@ -65,6 +65,7 @@ ALL = "all"
 PAGE = 200  # events per checkpoint
 _REPLAYED = (
     EventType.SESSION_APPENDED.value,
+    EventType.MEMORY_ADDED.value,  # a fact added through MCP (a deleted one's row is gone)
     EventType.SESSION_DELETED.value,
     EventType.USER_ERASED.value,
 )
@@ -311,7 +312,9 @@ class Rebuilder:
     ) -> int:
         data = stored.payload
         try:
-            if stored.type == EventType.SESSION_APPENDED:
+            if stored.type == EventType.MEMORY_ADDED and data.get("layer") != EPISODIC:
+                return 1  # kept by the long-term layer (its own rebuild re-embeds it)
+            if stored.type in (EventType.SESSION_APPENDED, EventType.MEMORY_ADDED):
                 exchange = rebuild_exchange(stored, config, job, progress)
                 created = stored.created_at.timestamp()
                 await episodic.index_exchange(exchange, (target,), created)
@@ -339,7 +342,7 @@ class Rebuilder:
 def _count(conn: Connection, token_id: int) -> int:
     query = select(func.count()).where(
         memory_events.c.token_id == token_id,
-        memory_events.c.type == EventType.SESSION_APPENDED.value,
+        memory_events.c.type.in_((EventType.SESSION_APPENDED.value, EventType.MEMORY_ADDED.value)),
     )
     return int(conn.execute(query).scalar() or 0)
 

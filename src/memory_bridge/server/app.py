@@ -25,6 +25,7 @@ from memory_bridge.http import admin, passthrough_routes
 from memory_bridge.http.body_limits import BodyLimits
 from memory_bridge.http.edge import EdgeMiddleware
 from memory_bridge.http.errors import install_error_handlers
+from memory_bridge.http.mcp.server import create_session_manager
 from memory_bridge.http.services import Services, services_of
 from memory_bridge.jobs.wiring import create_worker
 from memory_bridge.settings import Settings
@@ -91,20 +92,24 @@ async def running_services(settings: Settings) -> AsyncIterator[Services]:
         traces=traces,
         claims=ResponseClaims(ResponseOwners(memory.db)),
     )
+    # The MCP SDK's session manager runs (its task group) for as long as the app does.
+    mcp = create_session_manager()
     token_count.load()
     if worker is not None:
         worker.start()
     try:
-        yield Services(
-            settings=settings,
-            memory=memory,
-            upstream=upstream,
-            chat=chat,
-            traces=traces,
-            storage_health=health,
-            body_limits=BodyLimits.from_settings(settings),
-            worker=worker,
-        )
+        async with mcp.run():
+            yield Services(
+                settings=settings,
+                memory=memory,
+                upstream=upstream,
+                chat=chat,
+                traces=traces,
+                storage_health=health,
+                body_limits=BodyLimits.from_settings(settings),
+                worker=worker,
+                mcp=mcp,
+            )
     finally:
         if worker is not None:
             await worker.stop(settings.background_drain_timeout)

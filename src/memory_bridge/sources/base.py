@@ -89,6 +89,8 @@ class Exchange:
     resumed_step: str | None = None
     progress: JobStep | None = None
     recorded_at: float | None = None  # when the turn's event was appended (epoch seconds)
+    # A fact stated explicitly (`memory.added`): stored as it is, no extraction.
+    explicit: bool = False
 
     @property
     def user_texts(self) -> tuple[str, ...]:

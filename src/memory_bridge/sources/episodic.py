@@ -223,6 +223,21 @@ class EpisodicMemory:
             await self._executor.run(partial(index.upsert, points))
         return len(texts)
 
+    async def forget(self, token_id: int, config: TokenConfig, event_id: str, count: int) -> None:
+        """Delete the points one event's first `count` messages were indexed as, in every
+        shard the token's episodic memory is written to (ids derive from the event)."""
+        spec = self._spec(config)
+        if spec is None or count <= 0:
+            return
+        ids = [str(uuid.uuid5(_IDS, f"{event_id}:{i}")) for i in range(count)]
+        plan = await self.plan(token_id, spec, fresh=True)
+        for target in {(t.model_id, t.dims): t for t in (plan.read, *plan.writes)}.values():
+            found = await self._executor.run(
+                partial(self._engine.existing, token_id, target.model_id, target.dims)
+            )
+            if found is not None:
+                await self._executor.run(partial(found.delete, ids))
+
     async def _index(self, token_id: int, target: ShardTarget) -> VectorIndex:
         return await self._executor.run(
             lambda: self._engine.index(token_id, target.model_id, target.dims)

@@ -15,7 +15,8 @@ def rebuild_exchange(
     event: StoredEvent, config: TokenConfig, job: Job, progress: JobStep
 ) -> Exchange:
     """The completed turn a `session.appended` event records: its new messages, then the
-    reply as the last stored message (when the turn had one)."""
+    reply as the last stored message (when the turn had one). A `memory.added` event has
+    the same shape: one user message, no reply, `explicit`."""
     data = event.payload
     scope = Scope(token_id=event.token_id, user=data["user"], session=data["session"])
     stored = [Message.model_validate(m) for m in data["messages"]]
@@ -42,4 +43,5 @@ def rebuild_exchange(
         resumed_step=job.step,
         progress=progress,
         recorded_at=event.created_at.timestamp(),
+        explicit=data.get("explicit") is True,
     )

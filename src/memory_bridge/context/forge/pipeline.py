@@ -56,6 +56,8 @@ class ForgeRules:
 class Forged:
     recalls: list[Recall]
     trace: dict[str, Any]
+    # The kept candidates with their scores, in rank order (what `recalls` now holds as text).
+    kept: tuple[Outcome, ...] = ()
 
 
 def _candidates(recall: Recall) -> list[Candidate]:
@@ -91,9 +93,8 @@ def forge(
         else r
         for r in recalls
     ]
-    return Forged(
-        forged, build(outcomes, _blocks(recalls, count_tokens), forge_rules.rules.budget_tokens)
-    )
+    trace = build(outcomes, _blocks(recalls, count_tokens), forge_rules.rules.budget_tokens)
+    return Forged(forged, trace, tuple(o for o in outcomes if o.kept))
 
 
 def _blocks(recalls: Sequence[Recall], count_tokens: Callable[[str], int]) -> list[dict[str, Any]]:

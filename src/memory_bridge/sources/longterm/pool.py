@@ -128,17 +128,19 @@ class Mem0Pool:
         metadata: dict[str, str] | None = None,
         *,
         replacing: str | None = None,
+        infer: bool = True,
     ) -> tuple[list[StoredMemory], list[FactChange]]:
         """Extract memories from `messages` (one LLM call) and store them, each with
-        `metadata`. `replacing`: an event id whose memories (an earlier attempt's) are deleted
-        first. Returns what was deleted, and the changes the add made."""
+        `metadata`; `infer=False`: store the messages' texts as they are (no LLM).
+        `replacing`: an event id whose memories (an earlier attempt's) are deleted first.
+        Returns what was deleted, and the changes the add made."""
 
         def run(memory: Any) -> tuple[list[StoredMemory], list[FactChange]]:
             removed: list[StoredMemory] = []
             if replacing is not None:
                 removed = _delete_where(memory, spec, namespace, event_id=replacing)
             added = memory.add(
-                messages, user_id=namespace, infer=True, prompt=prompt, metadata=metadata
+                messages, user_id=namespace, infer=infer, prompt=prompt, metadata=metadata
             )
             return removed, [FactChange.of(item) for item in added.get("results", [])]
 
@@ -191,6 +193,14 @@ class Mem0Pool:
             return await self._call(spec, lambda memory: _delete_where(memory, spec, namespace))
         finally:
             self.invalidate(spec.token_id)  # its history held the namespace's texts
+
+    async def delete_tagged(
+        self, spec: Mem0Spec, namespace: str, event_id: str
+    ) -> list[StoredMemory]:
+        """Every memory of a namespace written for one event, deleted; the memories deleted."""
+        return await self._call(
+            spec, lambda memory: _delete_where(memory, spec, namespace, event_id), write=True
+        )
 
     async def list_memories(self, spec: Mem0Spec, namespace: str | None) -> list[StoredMemory]:
         """Every memory of the token's current embedding space (or of one namespace), newest

@@ -100,15 +100,11 @@ class LongTermMemory:
     async def remember(self, exchange: Exchange) -> None:
         turn = exchange.turn
         config = turn.config
-        reply = exchange.reply
-        if not mem0_config.enabled(config) or not reply.has_text or reply.content is None:
+        if not mem0_config.enabled(config):
             return
-        # A tool loop's final answer arrives with no new user message: it answers the latest one.
-        users = exchange.user_texts or ((turn.query,) if turn.query else ())
-        if not users:
+        messages = _to_add(exchange)
+        if not messages:
             return
-        messages = [{"role": "user", "content": text[:MAX_STORED_CHARS]} for text in users]
-        messages.append({"role": "assistant", "content": reply.content[:MAX_STORED_CHARS]})
         spec = await self._spec(turn.scope.token_id, config, fresh=True)
         ns = mem0_config.namespace(turn.scope.token_id, turn.scope.user)
         lock = self._add_locks.get(ns)
@@ -139,7 +135,9 @@ class LongTermMemory:
         # At least once made effectively once: what an earlier attempt of this turn wrote
         # (tagged with the turn's event id) goes before the add is repeated.
         replacing = exchange.event_id if tag is not None and exchange.attempt > 1 else None
-        removed, changes = await self.pool.add(spec, ns, messages, prompt, tag, replacing=replacing)
+        removed, changes = await self.pool.add(
+            spec, ns, messages, prompt, tag, replacing=replacing, infer=not exchange.explicit
+        )
         if removed:
             log.info("long-term memory: %d memory(ies) of an earlier attempt removed", len(removed))
         await self.facts.turn(
@@ -189,6 +187,18 @@ class LongTermMemory:
                 await self.facts.deleted(token_id, [deleted], "admin")
             return deleted is not None
 
+    async def delete_written(
+        self, token_id: int, config: TokenConfig, user: str, event_id: str
+    ) -> int:
+        """Every memory of the end user written for one event (a fact added through MCP),
+        deleted as an admin delete is: a `longterm.deleted` event each; how many."""
+        spec = await self._spec(token_id, config, fresh=True)
+        ns = mem0_config.namespace(token_id, user)
+        async with asyncio.timeout(self._store_timeout):
+            gone = await self.pool.delete_tagged(spec, ns, event_id)
+            await self.facts.deleted(token_id, gone, "admin")
+        return len(gone)
+
     async def delete_all(self, token_id: int, config: TokenConfig, user: str | None) -> None:
         """One end user's memories (`user=""`: the token-wide ones), or, with `user=None`,
         every long-term memory of the token's current embedding space (the token stays)."""
@@ -213,6 +223,23 @@ class LongTermMemory:
         row = await self._generations.get(token_id, LONGTERM, fresh=fresh)
         unseal = self._generations.unseal_data
         return resolve(row, token_id, config, self.pool.mem0_dir, unseal).spec
+
+
+def _to_add(exchange: Exchange) -> list[dict[str, str]]:
+    """What Mem0 is given of a turn: its user text(s) and the final answer; of a fact stated
+    on purpose (the MCP `add_memory` tool, `explicit`), that text alone, kept as it is."""
+    if exchange.explicit:
+        return [{"role": "user", "content": t[:MAX_STORED_CHARS]} for t in exchange.user_texts]
+    reply, turn = exchange.reply, exchange.turn
+    if not reply.has_text or reply.content is None:
+        return []
+    # A tool loop's final answer arrives with no new user message: it answers the latest one.
+    users = exchange.user_texts or ((turn.query,) if turn.query else ())
+    if not users:
+        return []
+    messages = [{"role": "user", "content": text[:MAX_STORED_CHARS]} for text in users]
+    messages.append({"role": "assistant", "content": reply.content[:MAX_STORED_CHARS]})
+    return messages
 
 
 def _written(lock: asyncio.Lock, task: asyncio.Task[int]) -> None:
