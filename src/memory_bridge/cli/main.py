@@ -131,7 +131,7 @@ def serve(
     if not worker:
         settings = settings.model_copy(update={"serve_worker": False})
     _check_initialised(settings)
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)
     try:
         app = create_app(settings)
     except TemplateError as exc:
@@ -165,7 +165,7 @@ def worker_command() -> None:
 
     settings = Settings()
     _check_initialised(settings)
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)
     asyncio.run(run_worker(settings))
 
 
