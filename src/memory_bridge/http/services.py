@@ -16,6 +16,7 @@ from memory_bridge.http.body_limits import BodyLimits
 from memory_bridge.jobs.worker import JobWorker
 from memory_bridge.settings import Settings
 from memory_bridge.sources.services import MemoryServices
+from memory_bridge.storage.console_sessions import ConsoleSessions
 from memory_bridge.storage.health import StorageHealth
 from memory_bridge.storage.traces import TraceStore
 
@@ -30,6 +31,7 @@ class Services:
     storage_health: StorageHealth
     body_limits: BodyLimits
     worker: JobWorker | None  # None when `serve` leaves the queue to worker processes
+    console_sessions: ConsoleSessions
 
 
 def services_of(request: HTTPConnection) -> Services:
