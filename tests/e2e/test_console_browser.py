@@ -44,6 +44,12 @@ ARGS = [
 ARTIFACTS = Path(__file__).resolve().parents[2] / ".artifacts" / "console"
 METRICS_TOKEN = "metrics-scrape-secret-0123456789"
 HOSTILE_CHAT = "<img src=x onerror=alert(1)> hello"
+USAGE = {
+    "prompt_tokens": 80,
+    "completion_tokens": 4,
+    "total_tokens": 84,
+    "prompt_tokens_details": {"cached_tokens": 64},
+}
 HOSTILE_CURATED = (
     "Motto: ship it.\n</textarea><script>window.__pwned = 1</script><img src=x onerror=alert(2)>"
 )
@@ -64,6 +70,7 @@ class Console:
         self.token_id = 0
         self.secret = ""
         self.visited: list[str] = []
+        self.baseline: dict[Any, float] = {}
 
     def url(self, path: str) -> str:
         return f"{self.proxy.url}{path}"
@@ -120,6 +127,7 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
                 page.set_default_timeout(10_000)
                 state = Console(proxy, fake, page)
                 page.on("dialog", lambda d: (state.dialogs.append(d.message), d.dismiss()))
+                state.baseline = _metrics(state)
                 yield state
                 browser.close()
         finally:
@@ -206,6 +214,7 @@ def test_chats_show_as_a_transcript_whose_turn_opens_its_trace(console: Console)
         assert c.chat("alice", "first", fact).http_response.status_code == 200
     wait_until(lambda: _facts(c, "alice") >= 2, what="both facts extracted")
     # In another session: one fact is asked about, the other is already in the request.
+    c.fake.enqueue(Scenario(content="Teal; and Rex.", usage=USAGE))
     client = c.proxy.client(c.secret)
     reply = client.chat.completions.with_raw_response.create(
         model="gpt-4o-mini",
@@ -230,6 +239,7 @@ def test_chats_show_as_a_transcript_whose_turn_opens_its_trace(console: Console)
     assert "My favourite colour is teal." in injected.inner_text()
     assert "I have a dog named Rex." in dropped.inner_text()
     assert "dropped: in_prompt" in dropped.inner_text()
+    assert "served 64 prompt tokens from its cache" in c.page.locator("main").inner_text()
 
 
 def test_the_playground_recalls_a_fact_said_in_another_session(console: Console) -> None:
@@ -266,9 +276,13 @@ def test_edit_and_delete_a_fact(console: Console) -> None:
 
 def test_hostile_content_renders_inert_everywhere(console: Console) -> None:
     c = console
-    assert c.chat("mallory", "evil", HOSTILE_CHAT).http_response.status_code == 200
-    script_turn = "</textarea><script>window.__pwned = 1</script>"
-    assert c.chat("mallory", "evil", script_turn).http_response.status_code == 200
+    hostile = c.chat("mallory", "evil", HOSTILE_CHAT)
+    assert hostile.http_response.status_code == 200
+    wait_until(lambda: _facts(c, "mallory") >= 1, what="the hostile fact extracted")
+    # Another session: the first turn comes back as a recalled candidate in this one's trace.
+    script_turn = "hello </textarea><script>window.__pwned = 1</script>"
+    second = c.chat("mallory", "evil2", script_turn)
+    assert second.http_response.status_code == 200
     wait_until(lambda: _facts(c, "mallory") >= 2, what="hostile facts extracted")
     for path, name in (
         (
@@ -278,11 +292,18 @@ def test_hostile_content_renders_inert_everywhere(console: Console) -> None:
         (f"/console/memories?token={c.token_id}&user=mallory", "xss-memories"),
         (f"/console/tokens/{c.token_id}/curated?user=mallory", "xss-curated"),
         (f"/console/conversations?token={c.token_id}", None),
+        (f"/console/traces/{c.token_id}/{second.headers['x-request-id']}", "xss-trace"),
+        (
+            f"/console/conversations/session?token={_imported(c)}&user=mallory&name=evil",
+            "xss-import",
+        ),
     ):
         c.go(path)
         if name:
             c.shot(name)
         _assert_inert(c)
+        if "session" in path or "traces" in path:  # shown, as text
+            assert "<img src=x onerror=alert(1)> hello" in c.page.locator("main").inner_text()
     c.go(f"/console/conversations/session?token={c.token_id}&user=mallory&name=evil")
     assert "<img src=x onerror=alert(1)> hello" in c.page.locator("main").inner_text()
     c.go(f"/console/playground?token={c.token_id}")
@@ -340,8 +361,6 @@ def test_overview_and_narrow_screen(console: Console) -> None:
 
 
 def test_metrics_count_the_requests_sent(console: Console) -> None:
-    from prometheus_client.parser import text_string_to_metric_families
-
     c = console
     for bearer, status in ((c.secret, 403), (METRICS_TOKEN, 200), (c.proxy.admin_token, 200)):
         assert (
@@ -349,11 +368,9 @@ def test_metrics_count_the_requests_sent(console: Console) -> None:
             == status
         )
     text = httpx.get(c.url("/metrics"), headers={"Authorization": f"Bearer {METRICS_TOKEN}"}).text
-    samples = {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
+    now = _metrics(c)
+    # The registry is the process's: figures are read as differences from the module's start.
+    samples = {k: v - c.baseline.get(k, 0.0) for k, v in now.items()}
     chats = samples[
         (
             "memorybridge_requests_total",
@@ -363,6 +380,8 @@ def test_metrics_count_the_requests_sent(console: Console) -> None:
     assert chats == 6  # alice: 2 + 1 in her second session; mallory: 2; bob: 1
     stored = samples[("memorybridge_turns_total", (("outcome", "stored"),))]
     assert stored == chats
+    cached = ("memorybridge_upstream_cached_prompt_tokens_total", (("token_id", str(c.token_id)),))
+    assert samples[cached] == 64
     # The curated block goes into every prompt of the token; recall found the facts' turns.
     assert samples[("memorybridge_injected_items_total", (("source", "curated"),))] == chats
     assert samples[("memorybridge_injected_items_total", (("source", "episodic"),))] >= 1
@@ -409,11 +428,36 @@ def test_csrf_and_sign_out(console: Console) -> None:
     assert c.dialogs == []
 
 
+def _metrics(c: Console) -> dict[Any, float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    reply = httpx.get(c.url("/metrics"), headers={"Authorization": f"Bearer {METRICS_TOKEN}"})
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(reply.text)
+        for s in family.samples
+    }
+
+
 def _assert_inert(c: Console) -> None:
     assert c.dialogs == [], c.dialogs
     assert c.page.evaluate("typeof window.__pwned") == "undefined"
     assert c.page.locator("script").count() == 0
     assert c.page.locator("img").count() == 0
+
+
+def _imported(c: Console) -> int:
+    """A second token holding the hostile conversation through an import of the first's
+    export."""
+    export = c.proxy.admin(
+        "GET", f"/tokens/{c.token_id}/export", params={"include": "sessions,curated"}
+    )
+    assert export.status_code == 200, export.text
+    token_id, _ = c.proxy.create_token(name="imported")
+    answer = c.proxy.admin("POST", f"/tokens/{token_id}/import", content=export.content)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["imported"] > 0
+    return token_id
 
 
 def _facts(c: Console, user: str) -> int:

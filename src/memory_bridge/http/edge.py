@@ -163,6 +163,7 @@ def _account(scope: Scope, status: int, seconds: float) -> None:
         status,
         seconds * 1000,
         extra={
+            "request_id": scope.get("state", {}).get("request_id", ""),
             "token_id": token_id,
             "route": route,
             "method": scope.get("method", ""),

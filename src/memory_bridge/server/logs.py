@@ -12,7 +12,7 @@ from memory_bridge.core.request_context import request_id_var
 
 LOG_FORMAT = "[%(asctime)s] [%(levelname)s] [rid=%(rid)s] [%(name)s] %(message)s"
 # The fields the edge's access line attaches (`extra=`): copied into the JSON object.
-ACCESS_FIELDS = ("token_id", "route", "method", "status", "duration_ms")
+ACCESS_FIELDS = ("request_id", "token_id", "route", "method", "status", "duration_ms")
 
 
 class RequestIdFilter(logging.Filter):
