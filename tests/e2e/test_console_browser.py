@@ -1,10 +1,10 @@
 """The console in a real browser: headless Debian Chromium driven by Playwright, against the
 real app on loopback with the fake upstream as LLM, memory LLM and embedder.
 
-One server and one browser for the module (the tests run in file order and build on each
-other: the token created by the first is the one chatted through, inspected and erased by the
-later ones). Every page visited is screenshotted under `.artifacts/console/` and scanned for
-secrets.
+One server and one browser for the module (`console_support`); the tests run in file order
+and build on each other: the token created by one is the one chatted through, inspected and
+erased by the later ones. Every page visited is screenshotted under `.artifacts/console/` and
+scanned for secrets.
 """
 
 from __future__ import annotations
@@ -12,126 +12,34 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
-from tests.fakes.upstream import FakeUpstream, Scenario, extract_user_facts
-from tests.integration.longterm_support import (
-    EMBED_KEY,
-    MEMORY_LLM_KEY,
-    memory_fields,
-    wait_until,
+from tests.e2e.console_support import (
+    HOSTILE_CHAT,
+    HOSTILE_CURATED,
+    METRICS_TOKEN,
+    USAGE,
+    Console,
+    assert_inert,
+    console_module,
+    facts,
+    failed_jobs,
+    imported_copy,
+    metrics_now,
+    needs_chromium,
 )
-from tests.support.loopback import LoopbackServer
-from tests.support.proxy import UPSTREAM_KEY, Proxy, start_proxy
+from tests.fakes.upstream import Scenario, extract_user_facts
+from tests.integration.longterm_support import memory_fields, wait_until
+from tests.support.proxy import UPSTREAM_KEY
 
-playwright_api = pytest.importorskip("playwright.sync_api")
-
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-ARTIFACTS = Path(__file__).resolve().parents[2] / ".artifacts" / "console"
-METRICS_TOKEN = "metrics-scrape-secret-0123456789"
-HOSTILE_CHAT = "<img src=x onerror=alert(1)> hello"
-USAGE = {
-    "prompt_tokens": 80,
-    "completion_tokens": 4,
-    "total_tokens": 84,
-    "prompt_tokens_details": {"cached_tokens": 64},
-}
-HOSTILE_CURATED = (
-    "Motto: ship it.\n</textarea><script>window.__pwned = 1</script><img src=x onerror=alert(2)>"
-)
-
-pytestmark = pytest.mark.skipif(
-    not CHROMIUM.exists(), reason="Debian's chromium is not installed (scripts/test.sh installs it)"
-)
-
-
-class Console:
-    """The shared state of the module: servers, the browser page, what the tests made."""
-
-    def __init__(self, proxy: Proxy, fake: FakeUpstream, page: Any) -> None:
-        self.proxy = proxy
-        self.fake = fake
-        self.page = page
-        self.dialogs: list[str] = []
-        self.token_id = 0
-        self.secret = ""
-        self.visited: list[str] = []
-        self.baseline: dict[Any, float] = {}
-
-    def url(self, path: str) -> str:
-        return f"{self.proxy.url}{path}"
-
-    def secrets(self) -> list[str]:
-        found = [self.proxy.admin_token, UPSTREAM_KEY, MEMORY_LLM_KEY, EMBED_KEY, METRICS_TOKEN]
-        return [s for s in (*found, self.secret) if s]
-
-    def shot(self, name: str, *, secret_shown: bool = False) -> str:
-        """Screenshot the page and check it carries no secret (the one-time secret page may
-        show the token's own secret, and nothing else)."""
-        html = self.page.content()
-        for secret in self.secrets():
-            if secret_shown and secret == self.secret:
-                continue
-            assert secret not in html, f"a secret is on the page {name}"
-        assert self.proxy.admin_token not in self.page.url
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        self.page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
-        self.visited.append(name)
-        return html
-
-    def go(self, path: str) -> None:
-        self.page.goto(self.url(path))
-
-    def chat(self, user: str, session: str, *messages: str) -> Any:
-        client = self.proxy.client(self.secret)
-        body = [{"role": "user", "content": m} for m in messages]
-        return client.chat.completions.with_raw_response.create(
-            model="gpt-4o-mini",
-            messages=body,
-            user=user,
-            extra_headers={"X-Session-Id": session},
-        )
+pytestmark = needs_chromium
 
 
 @pytest.fixture(scope="module")
 def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
-    sync_playwright = playwright_api.sync_playwright
-    fake = FakeUpstream()
-    with LoopbackServer(fake.app) as upstream:
-        server, proxy = start_proxy(
-            tmp_path_factory.mktemp("console") / "data",
-            upstream.url,
-            job_max_attempts=1,
-            job_poll_seconds=0.1,
-            metrics_token=METRICS_TOKEN,
-        )
-        try:
-            with sync_playwright() as pw:
-                browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-                context = browser.new_context(viewport={"width": 1280, "height": 900})
-                page = context.new_page()
-                page.set_default_timeout(10_000)
-                state = Console(proxy, fake, page)
-                page.on("dialog", lambda d: (state.dialogs.append(d.message), d.dismiss()))
-                state.baseline = _metrics(state)
-                yield state
-                browser.close()
-        finally:
-            server.stop()
+    yield from console_module(tmp_path_factory)
 
 
 def _sign_in(c: Console, token: str) -> None:
@@ -205,14 +113,14 @@ def test_edit_curated_memory(console: Console) -> None:
     assert "The document was saved." in c.page.content()
     assert c.page.input_value("#memory-md") == HOSTILE_CURATED
     c.shot("curated")
-    _assert_inert(c)
+    assert_inert(c)
 
 
 def test_chats_show_as_a_transcript_whose_turn_opens_its_trace(console: Console) -> None:
     c = console
     for fact in ("My favourite colour is teal.", "I have a dog named Rex."):
         assert c.chat("alice", "first", fact).http_response.status_code == 200
-    wait_until(lambda: _facts(c, "alice") >= 2, what="both facts extracted")
+    wait_until(lambda: facts(c, "alice") >= 2, what="both facts extracted")
     # In another session: one fact is asked about, the other is already in the request.
     c.fake.enqueue(Scenario(content="Teal; and Rex.", usage=USAGE))
     client = c.proxy.client(c.secret)
@@ -278,12 +186,12 @@ def test_hostile_content_renders_inert_everywhere(console: Console) -> None:
     c = console
     hostile = c.chat("mallory", "evil", HOSTILE_CHAT)
     assert hostile.http_response.status_code == 200
-    wait_until(lambda: _facts(c, "mallory") >= 1, what="the hostile fact extracted")
+    wait_until(lambda: facts(c, "mallory") >= 1, what="the hostile fact extracted")
     # Another session: the first turn comes back as a recalled candidate in this one's trace.
     script_turn = "hello </textarea><script>window.__pwned = 1</script>"
     second = c.chat("mallory", "evil2", script_turn)
     assert second.http_response.status_code == 200
-    wait_until(lambda: _facts(c, "mallory") >= 2, what="hostile facts extracted")
+    wait_until(lambda: facts(c, "mallory") >= 2, what="hostile facts extracted")
     for path, name in (
         (
             f"/console/conversations/session?token={c.token_id}&user=mallory&name=evil",
@@ -294,14 +202,14 @@ def test_hostile_content_renders_inert_everywhere(console: Console) -> None:
         (f"/console/conversations?token={c.token_id}", None),
         (f"/console/traces/{c.token_id}/{second.headers['x-request-id']}", "xss-trace"),
         (
-            f"/console/conversations/session?token={_imported(c)}&user=mallory&name=evil",
+            f"/console/conversations/session?token={imported_copy(c)}&user=mallory&name=evil",
             "xss-import",
         ),
     ):
         c.go(path)
         if name:
             c.shot(name)
-        _assert_inert(c)
+        assert_inert(c)
         if "session" in path or "traces" in path:  # shown, as text
             assert "<img src=x onerror=alert(1)> hello" in c.page.locator("main").inner_text()
     c.go(f"/console/conversations/session?token={c.token_id}&user=mallory&name=evil")
@@ -310,7 +218,7 @@ def test_hostile_content_renders_inert_everywhere(console: Console) -> None:
     c.page.fill("#user", "mallory")
     c.page.fill("#question", "img onerror textarea script")
     c.page.click('main button:has-text("Recall")')
-    _assert_inert(c)
+    assert_inert(c)
 
 
 def test_retry_a_failed_job(console: Console) -> None:
@@ -318,14 +226,14 @@ def test_retry_a_failed_job(console: Console) -> None:
     c.fake.memory_responder = lambda texts: Scenario(status=500, error_body={"error": "down"})
     assert c.chat("bob", "jobs", "I play the cello.").http_response.status_code == 200
     c.go(f"/console/jobs?token={c.token_id}")
-    wait_until(lambda: _failed_jobs(c) > 0, what="a failed job")
+    wait_until(lambda: failed_jobs(c) > 0, what="a failed job")
     c.fake.memory_responder = extract_user_facts
     c.go(f"/console/jobs?token={c.token_id}")
     c.shot("jobs")
     c.page.locator("button", has_text="Retry").first.click()
     assert "The job is queued again." in c.page.content()
-    wait_until(lambda: _facts(c, "bob") >= 1, what="the retried job's fact")
-    assert _failed_jobs(c) == 0
+    wait_until(lambda: facts(c, "bob") >= 1, what="the retried job's fact")
+    assert failed_jobs(c) == 0
 
 
 def test_erase_an_end_user_shows_the_receipt(console: Console) -> None:
@@ -368,7 +276,7 @@ def test_metrics_count_the_requests_sent(console: Console) -> None:
             == status
         )
     text = httpx.get(c.url("/metrics"), headers={"Authorization": f"Bearer {METRICS_TOKEN}"}).text
-    now = _metrics(c)
+    now = metrics_now(c)
     # The registry is the process's: figures are read as differences from the module's start.
     samples = {k: v - c.baseline.get(k, 0.0) for k, v in now.items()}
     chats = samples[
@@ -426,45 +334,3 @@ def test_csrf_and_sign_out(console: Console) -> None:
     stale = httpx.get(c.url("/console/tokens"), cookies=jar)
     assert stale.status_code == 303 and stale.headers["location"] == "/console/login"
     assert c.dialogs == []
-
-
-def _metrics(c: Console) -> dict[Any, float]:
-    from prometheus_client.parser import text_string_to_metric_families
-
-    reply = httpx.get(c.url("/metrics"), headers={"Authorization": f"Bearer {METRICS_TOKEN}"})
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(reply.text)
-        for s in family.samples
-    }
-
-
-def _assert_inert(c: Console) -> None:
-    assert c.dialogs == [], c.dialogs
-    assert c.page.evaluate("typeof window.__pwned") == "undefined"
-    assert c.page.locator("script").count() == 0
-    assert c.page.locator("img").count() == 0
-
-
-def _imported(c: Console) -> int:
-    """A second token holding the hostile conversation through an import of the first's
-    export."""
-    export = c.proxy.admin(
-        "GET", f"/tokens/{c.token_id}/export", params={"include": "sessions,curated"}
-    )
-    assert export.status_code == 200, export.text
-    token_id, _ = c.proxy.create_token(name="imported")
-    answer = c.proxy.admin("POST", f"/tokens/{token_id}/import", content=export.content)
-    assert answer.status_code == 200, answer.text
-    assert answer.json()["imported"] > 0
-    return token_id
-
-
-def _facts(c: Console, user: str) -> int:
-    reply = c.proxy.admin("GET", f"/tokens/{c.token_id}/memories", params={"user": user})
-    return len(reply.json()["data"]) if reply.status_code == 200 else 0
-
-
-def _failed_jobs(c: Console) -> int:
-    reply = c.proxy.admin("GET", f"/tokens/{c.token_id}/jobs/attention")
-    return len(reply.json()["data"])

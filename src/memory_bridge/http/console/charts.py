@@ -27,13 +27,15 @@ def bars(
         f'<text x="0" y="10">{_fmt(top)}{escape(unit)}</text>',
         f'<text x="0" y="{HEIGHT}">0</text>',
     ]
-    for series, cls in ((values, "bar"), (second, "bar2")):
+    # With a second series, each slot holds two bars side by side.
+    width = (step - 1) / (2 if second else 1)
+    for series, cls, shift in ((values, "bar", 0.0), (second, "bar2", width)):
         for i, value in enumerate(series):
             h = (HEIGHT - 12) * (value / top)
-            x = PAD + i * step
+            x = PAD + i * step + shift
             out.append(
                 f'<rect class="{cls}" x="{x:.1f}" y="{HEIGHT - h:.1f}" '
-                f'width="{max(step - 1, 0.5):.1f}" height="{h:.1f}">'
+                f'width="{max(width, 0.5):.1f}" height="{h:.1f}">'
                 f"<title>{_fmt(value)}</title></rect>"
             )
     out.append(f'<text x="{PAD}" y="{HEIGHT + 12}">{escape(first)}</text>')

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from typing import Annotated, Any
+from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 from starlette.responses import Response
@@ -135,8 +136,6 @@ async def change_fact(
 
 
 def _q(value: str) -> str:
-    from urllib.parse import quote
-
     return quote(value, safe="")
 
 

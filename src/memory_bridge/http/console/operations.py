@@ -14,7 +14,7 @@ from memory_bridge.core.errors import ProxyError
 from memory_bridge.core.request_context import request_id_var
 from memory_bridge.events import queue
 from memory_bridge.http.console import session as auth
-from memory_bridge.http.console.views import PAGE, page, token_choices
+from memory_bridge.http.console.views import PAGE, page, redirect, token_choices
 from memory_bridge.http.services import services_of
 from memory_bridge.lifecycle.erase import erase_user
 from memory_bridge.storage.console_sessions import ConsoleSession
@@ -127,8 +127,6 @@ async def retry(
         )
     if services.worker is not None:
         services.worker.wake()
-    from memory_bridge.http.console.views import redirect
-
     return redirect(f"/console/jobs?token={token}&message=retried")
 
 
