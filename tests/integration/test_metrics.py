@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -133,3 +134,19 @@ def test_each_request_is_one_json_log_line(
     assert entry["status"] == 200
     assert entry["duration_ms"] > 0
     assert MESSAGE not in lines[0] and token not in lines[0]
+
+
+def test_the_grafana_dashboard_asks_for_metrics_that_exist(scraped: Proxy) -> None:
+    dashboard = Path(__file__).resolve().parents[2] / "docs" / "grafana-dashboard.json"
+    exprs = [t["expr"] for p in json.loads(dashboard.read_text())["panels"] for t in p["targets"]]
+    asked = {name for e in exprs for name in re.findall(r"memorybridge_\w+", e)}
+    _, text = samples(scraped)
+    exposed = set(re.findall(r"^# TYPE (memorybridge_\w+) (\w+)", text, re.M))
+    names = set()
+    for name, kind in exposed:
+        names.add(name)
+        if kind == "counter":
+            names.add(f"{name}_total")
+        if kind == "histogram":
+            names.update(f"{name}_{part}" for part in ("bucket", "sum", "count"))
+    assert asked and asked <= names, asked - names
