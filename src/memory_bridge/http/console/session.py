@@ -128,10 +128,14 @@ def set_session_cookie(request: Request, response: Response, session: ConsoleSes
         httponly=True,
         samesite="strict",
     )
-    response.delete_cookie(LOGIN_COOKIE, path=PATH)
+    response.delete_cookie(
+        LOGIN_COOKIE, path=PATH, secure=_secure(request), httponly=True, samesite="strict"
+    )
 
 
 def sign_out(request: Request, session: ConsoleSession, response: Response) -> None:
     services_of(request).console_sessions.end(session.id)
-    response.delete_cookie(COOKIE, path=PATH, secure=_secure(request), httponly=True)
+    response.delete_cookie(
+        COOKIE, path=PATH, secure=_secure(request), httponly=True, samesite="strict"
+    )
     log.info("console signed out")

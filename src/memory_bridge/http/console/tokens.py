@@ -15,7 +15,7 @@ from starlette.responses import Response
 
 from memory_bridge.core.errors import ProxyError
 from memory_bridge.http.console import session as auth
-from memory_bridge.http.console.views import page, redirect
+from memory_bridge.http.console.views import PAGE, offset_of, page, redirect
 from memory_bridge.http.services import services_of
 from memory_bridge.lifecycle import tokens as token_admin
 from memory_bridge.storage.console_sessions import ConsoleSession
@@ -48,9 +48,18 @@ def _masked(body: str) -> str:
 @router.get("")
 async def list_tokens(request: Request, session: Signed) -> Response:
     memory = services_of(request).memory
-    records = await memory.tokens.list()
-    rows = [token_admin.detail(r, memory.sources) for r in records]
-    return page(request, "tokens.html", session, tokens=rows)
+    offset = offset_of(request)
+    records = await memory.tokens.list(PAGE + 1, offset)
+    rows = [token_admin.detail(r, memory.sources) for r in records[:PAGE]]
+    return page(
+        request,
+        "tokens.html",
+        session,
+        tokens=rows,
+        offset=offset,
+        has_more=len(records) > PAGE,
+        size=PAGE,
+    )
 
 
 @router.get("/new")

@@ -15,6 +15,7 @@ from memory_bridge.http.services import services_of
 from memory_bridge.storage.console_sessions import ConsoleSession
 
 PAGE = 50  # rows per page of every list
+PICKER_TOKENS = 500  # tokens offered by a page's token picker (the Tokens page pages them all)
 MAX_OFFSET = 1_000_000
 
 ENV = Environment(
@@ -74,7 +75,7 @@ def redirect(url: str) -> RedirectResponse:
 
 async def token_choices(request: Request) -> list[dict[str, Any]]:
     """The tokens for a page's token picker (service tokens only)."""
-    records = await services_of(request).memory.tokens.list()
+    records = await services_of(request).memory.tokens.list(PICKER_TOKENS)
     return [{"id": r.id, "name": r.name} for r in records if not r.is_admin]
 
 
