@@ -168,6 +168,13 @@ def test_edit_and_delete_a_fact(console: Console) -> None:
     c = console
     c.go(f"/console/memories?token={c.token_id}&user=alice")
     c.shot("memories")
+    # Lineage: a fact opens the turn it was extracted from.
+    c.page.locator("tr", has_text="My favourite colour is teal.").get_by_text(
+        "the turn it came from"
+    ).click()
+    assert "Session “first” of alice" in c.page.locator("h1").inner_text()
+    assert "My favourite colour is teal." in c.page.locator("article").first.inner_text()
+    c.go(f"/console/memories?token={c.token_id}&user=alice")
     row = c.page.locator("tr", has_text="I have a dog named Rex.")
     row.locator("input[name=text]").fill("I have a cat named Tom.")
     row.locator("button", has_text="Save").click()

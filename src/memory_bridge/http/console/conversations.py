@@ -4,6 +4,7 @@ each open their context trace (what memory was injected, and why)."""
 from __future__ import annotations
 
 from typing import Annotated, Any
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 from sqlalchemy import Connection, select
@@ -13,7 +14,7 @@ from memory_bridge.events import log as event_log
 from memory_bridge.events.model import EventType, session_aggregate
 from memory_bridge.events.session_index import SessionIndex
 from memory_bridge.http.console import session as auth
-from memory_bridge.http.console.views import PAGE, offset_of, page, token_choices
+from memory_bridge.http.console.views import PAGE, offset_of, page, redirect, token_choices
 from memory_bridge.http.services import services_of
 from memory_bridge.storage.console_sessions import ConsoleSession
 from memory_bridge.storage.tables import memory_events
@@ -111,6 +112,37 @@ async def transcript(
         turns=turns,
         next_after=next_after,
     )
+
+
+@router.get("/conversations/turn")
+async def turn(
+    request: Request,
+    session: Signed,
+    token: Annotated[int, Query(ge=1, le=2**31 - 1)],
+    event: Annotated[str, Query(pattern=r"^[0-9a-f-]{36}$")],
+) -> Response:
+    """The turn a memory came from (its lineage): its place in its session's transcript."""
+
+    def read(conn: Connection) -> Any:
+        return conn.execute(
+            select(memory_events).where(
+                memory_events.c.event_id == event, memory_events.c.token_id == token
+            )
+        ).first()
+
+    row = await services_of(request).memory.db.run(read)
+    if row is None or row.type != EventType.SESSION_APPENDED.value:
+        return page(request, "error.html", session, 404, error="That turn is no longer stored.")
+    found = event_log.stored_event(row)
+    query = urlencode(
+        {
+            "token": token,
+            "user": found.payload.get("user", ""),
+            "name": found.payload.get("session", ""),
+            "after": found.version - 1,
+        }
+    )
+    return redirect(f"/console/conversations/session?{query}")
 
 
 @router.get("/traces/{token}/{request_id}")
