@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -241,6 +242,26 @@ def test_retry_a_failed_job(console: Console) -> None:
     assert "The job is queued again." in c.page.content()
     wait_until(lambda: facts(c, "bob") >= 1, what="the retried job's fact")
     assert failed_jobs(c) == 0
+
+
+def test_export_and_import_through_the_browser(console: Console, tmp_path: Path) -> None:
+    c = console
+    c.go(f"/console/tokens/{c.token_id}/transfer")
+    c.shot("transfer")
+    with c.page.expect_download() as download:
+        c.page.click("main button:has-text('Download the export')")
+    saved = tmp_path / "export.ndjson"
+    download.value.save_as(saved)
+    header = json.loads(saved.read_text().splitlines()[0])
+    assert header["format"] == "memory-bridge.export" and header["events"] > 0
+    target, _ = c.proxy.create_token(name="import-target")
+    c.go(f"/console/tokens/{target}/transfer")
+    c.page.set_input_files("#file", str(saved))
+    c.page.click("main button:has-text('Import')")
+    assert f"{header['events']} event(s) imported" in c.page.locator("main").inner_text()
+    c.shot("imported")
+    c.go(f"/console/conversations?token={target}")
+    assert c.page.locator("td a", has_text="alice").count() == 1
 
 
 def test_erase_an_end_user_shows_the_receipt(console: Console) -> None:

@@ -17,6 +17,7 @@ from memory_bridge.http.console import (
     operations,
     overview,
     tokens,
+    transfer,
 )
 from memory_bridge.http.console.session import CsrfRefused, SignInNeeded
 from memory_bridge.http.console.views import page, redirect
@@ -24,7 +25,7 @@ from memory_bridge.http.console.views import page, redirect
 STATIC = Path(__file__).parent / "static"
 
 router = APIRouter(prefix="/console", include_in_schema=False)
-for module in (auth, overview, tokens, conversations, memories, operations):
+for module in (auth, overview, tokens, transfer, conversations, memories, operations):
     router.include_router(module.router)
 
 

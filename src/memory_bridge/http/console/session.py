@@ -60,9 +60,9 @@ def current(request: Request) -> ConsoleSession:
     return session
 
 
-async def checked_form(request: Request, csrf: str) -> FormData:
-    """The posted form, once its CSRF field matched `csrf`."""
-    form = await request.form(max_files=0, max_fields=MAX_FIELDS, max_part_size=MAX_FIELD_BYTES)
+async def checked_form(request: Request, csrf: str, files: int = 0) -> FormData:
+    """The posted form, once its CSRF field matched `csrf` (with at most `files` uploads)."""
+    form = await request.form(max_files=files, max_fields=MAX_FIELDS, max_part_size=MAX_FIELD_BYTES)
     sent = form.get("csrf")
     if not isinstance(sent, str) or not hmac.compare_digest(sent.encode(), csrf.encode()):
         raise CsrfRefused
