@@ -146,6 +146,9 @@ def serve(
         timeout_keep_alive=settings.keep_alive_timeout,
         server_header=False,
         date_header=False,
+        # The edge writes each request's access line (memory_bridge.access: route, status,
+        # token id, timing); uvicorn's own would be a second, poorer line per request.
+        access_log=False,
         timeout_graceful_shutdown=int(settings.background_drain_timeout),
     )
     try:
