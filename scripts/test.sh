@@ -12,6 +12,16 @@ python="${PYTHON:-python3}"
 .venv/bin/python scripts/install.py torch
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[test,local]"
 
+# The console's browser tests drive Debian's chromium (tests/e2e/test_console_browser.py);
+# without it they skip, saying so. Never a browser download (no `playwright install`).
+if [ ! -x /usr/bin/chromium ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        apt-get install -y chromium || echo "chromium could not be installed: browser tests skip"
+    else
+        echo "chromium is missing and cannot be installed here (not root): browser tests skip"
+    fi
+fi
+
 .venv/bin/ruff check src tests scripts
 .venv/bin/ruff format --check src tests scripts
 .venv/bin/mypy --strict src

@@ -28,6 +28,12 @@ class Settings(BaseSettings):
     )
 
     log_level: str = "INFO"
+    # `json`: one JSON object per log line (request id, token id, route, status, timings).
+    log_format: Literal["text", "json"] = "text"
+    # A bearer token for `GET /metrics` alone (a scraper need not hold the admin token).
+    metrics_token: str = Field(default="", repr=False)
+    # The console's sign-in lasts this long (its session is also ended by signing out).
+    console_session_seconds: int = Field(default=8 * 3600, gt=0, le=7 * 86400)
     memory_bridge_host: str = "127.0.0.1"
     memory_bridge_port: int = Field(default=8000, ge=0, le=65535)
     memory_bridge_data_dir: Path = Path("data")

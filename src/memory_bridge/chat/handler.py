@@ -29,6 +29,7 @@ from memory_bridge.chat.upstream import Opened, Upstream
 from memory_bridge.context.forge.pipeline import Forged, ForgeRules, forge
 from memory_bridge.context.recall import recall_all
 from memory_bridge.context.template import MemoryTemplate
+from memory_bridge.core import metrics
 from memory_bridge.core.errors import invalid_request
 from memory_bridge.core.message_bounds import bounded
 from memory_bridge.core.messages import conversation, latest_user_text
@@ -138,6 +139,7 @@ class ChatHandler:
         forged = await self.recall(turn, drop_history=wire.upstream_holds_history(body))
         memory = config.memory_config
         recalls = forged.recalls
+        _count_injected(recalls, forged.trace)
         limit = self._recorder.max_message_bytes
         cut = sum(1 for m in conversation(messages) if bounded(m, limit) is not m)
         if cut:  # these will be stored shortened (MAX_STORED_MESSAGE_BYTES, placeholders)
@@ -150,7 +152,10 @@ class ChatHandler:
             payload = json.dumps(forwarded, ensure_ascii=False).encode()
         echo = None if wire.echo is None else wire.echo(body, forwarded)
         diagnostics = _diagnostics(recalls, req.started)
+        metrics.stage("added", time.perf_counter() - req.started)
+        asked = time.perf_counter()
         opened = await self._upstream.open("POST", url, headers, payload)
+        metrics.stage("upstream_first_byte", time.perf_counter() - asked)
         if streaming and opened.ok and is_sse(opened):
             remember = partial(self._remember, turn, recalls)
             stream = relay_events(opened, self._max_body, remember, wire.stream)
@@ -178,8 +183,11 @@ class ChatHandler:
         if drop_history:
             # Still recalled: the history source also tells what of the request is stored.
             recalls = [replace(r, history=()) if r.history else r for r in recalls]
-        rules = self._rules_for(turn.config.memory_config.forge)
-        return forge(recalls, turn.messages, rules, count_tokens, time.time())
+        rules = self.rules_for(turn.config.memory_config.forge)
+        forge_started = time.perf_counter()
+        forged = forge(recalls, turn.messages, rules, count_tokens, time.time())
+        metrics.stage("forge", time.perf_counter() - forge_started)
+        return forged
 
     async def forward(
         self, req: ChatRequest, method: str, target: str, echo: Echo | None = None
@@ -243,7 +251,11 @@ class ChatHandler:
         if not messages:
             return True
         consumers = tuple(s.name for s in self._sources if s.consumes(turn.config))
-        meta = {"request_id": turn.request_id, "source": "chat"}
+        meta: dict[str, Any] = {"request_id": turn.request_id, "source": "chat"}
+        metrics.usage(turn.scope.token_id, reply.usage)
+        cached = metrics.cached_tokens(reply.usage)
+        if cached is not None:  # the console shows it beside the turn's trace
+            meta["cached_tokens"] = cached
         record = self._recorder.record(turn.scope, messages, turn.query, reply, consumers, meta)
         # Shielded: a client that leaves after the last byte must not lose its turn.
         task: asyncio.Task[object] = asyncio.create_task(record)
@@ -255,12 +267,14 @@ class ChatHandler:
             raise
         except Exception as exc:
             self._health.write_failed(exc)
+            metrics.turn(stored=False)
             await self._audit_not_stored(turn, exc)
             return False
         self._health.write_succeeded()
+        metrics.turn(stored=True)
         return True
 
-    def _rules_for(self, overrides: ForgeConfig | None) -> ForgeRules:
+    def rules_for(self, overrides: ForgeConfig | None) -> ForgeRules:
         """The forge rules of a token: the server's, with its `memory.forge` overrides applied
         once per distinct config (a token's config is parsed once, when it is loaded)."""
         if overrides is None:
@@ -309,6 +323,20 @@ def _scope(token_id: int, body: dict[str, Any], headers: Mapping[str, str]) -> S
         if len(value) > _MAX_ID or not value.isprintable():
             raise invalid_request(f"{label} must be at most {_MAX_ID} printable characters.")
     return Scope(token_id=token_id, user=user, session=session)
+
+
+def _count_injected(recalls: list[Recall], trace: dict[str, Any]) -> None:
+    """Items and tokens injected per source: the forge's kept candidates, and the blocks
+    placed as they come (history, curated, the Gateway reference)."""
+    per_source: dict[str, tuple[int, int]] = {}
+    for item in trace["candidates"]:
+        if item["kept"]:
+            items, tokens = per_source.get(item["source"], (0, 0))
+            per_source[item["source"]] = (items + 1, tokens + item["tokens"])
+    for block in trace["blocks"]:
+        items, tokens = per_source.get(block["source"], (0, 0))
+        per_source[block["source"]] = (items + block.get("messages", 1), tokens + block["tokens"])
+    metrics.injected(per_source)
 
 
 def _diagnostics(recalls: list[Recall], started: float) -> list[tuple[bytes, bytes]]:

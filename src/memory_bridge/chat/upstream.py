@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 import aiohttp
 from starlette.responses import Response
 
+from memory_bridge.core import metrics
 from memory_bridge.core.errors import ProxyError
 from memory_bridge.tenancy.config import TokenConfig
 
@@ -251,9 +252,13 @@ class Upstream:
         to pass through.
         """
         try:
-            return Opened(await self._send(method, url, headers, content))
+            opened = Opened(await self._send(method, url, headers, content))
         except UPSTREAM_ERRORS as exc:
+            metrics.upstream_error(failure_category(exc))
             raise _unavailable(method, url, exc) from None
+        if opened.status >= 400:
+            metrics.upstream_error("http_5xx" if opened.status >= 500 else "http_4xx")
+        return opened
 
     async def _send(
         self, method: str, url: str, headers: dict[str, str], content: bytes | None

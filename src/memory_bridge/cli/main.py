@@ -132,7 +132,7 @@ def serve(
     if not worker:
         settings = settings.model_copy(update={"serve_worker": False})
     _check_initialised(settings)
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)
     try:
         app = create_app(settings)
     except TemplateError as exc:
@@ -147,6 +147,9 @@ def serve(
         timeout_keep_alive=settings.keep_alive_timeout,
         server_header=False,
         date_header=False,
+        # The edge writes each request's access line (memory_bridge.access: route, status,
+        # token id, timing); uvicorn's own would be a second, poorer line per request.
+        access_log=False,
         timeout_graceful_shutdown=int(settings.background_drain_timeout),
     )
     try:
@@ -166,7 +169,7 @@ def worker_command() -> None:
 
     settings = Settings()
     _check_initialised(settings)
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)
     asyncio.run(run_worker(settings))
 
 

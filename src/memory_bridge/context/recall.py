@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
+from memory_bridge.core import metrics
 from memory_bridge.core.errors import ProxyError
 from memory_bridge.core.turn import Turn
 from memory_bridge.sources.base import MemorySource, OnRecallFailure, Recall
@@ -15,7 +17,7 @@ log = logging.getLogger(__name__)
 
 async def recall_all(sources: tuple[MemorySource, ...], turn: Turn) -> list[Recall]:
     outcomes = await asyncio.gather(
-        *(source.recall(turn) for source in sources), return_exceptions=True
+        *(_timed(source, turn) for source in sources), return_exceptions=True
     )
     recalls: list[Recall] = []
     failure: ProxyError | None = None
@@ -35,6 +37,14 @@ async def recall_all(sources: tuple[MemorySource, ...], turn: Turn) -> list[Reca
     return recalls
 
 
+async def _timed(source: MemorySource, turn: Turn) -> Recall:
+    started = time.perf_counter()
+    try:
+        return await source.recall(turn)
+    finally:
+        metrics.stage(f"recall:{source.name}", time.perf_counter() - started)
+
+
 def _apply_policy(source: MemorySource, exc: Exception) -> ProxyError | None:
     policy = source.on_recall_failure
     # Only a category or the exception's class: messages from client libraries can quote URLs
@@ -42,6 +52,7 @@ def _apply_policy(source: MemorySource, exc: Exception) -> ProxyError | None:
     failure = exc.cause if isinstance(exc, RecallFailed) else None
     why = failure.category if failure is not None else type(exc).__name__
     log.warning("recall from %s failed (%s)", source.name, why)
+    metrics.layer_error(source.name, why)
     if policy is OnRecallFailure.BEST_EFFORT:
         return None
     if policy is OnRecallFailure.MEMORY_UNAVAILABLE:

@@ -326,6 +326,22 @@ def summary(conn: Connection, token_id: int) -> dict[str, Any]:
     return {"consumers": counts, "oldest_pending_age_seconds": age}
 
 
+def depth(conn: Connection) -> tuple[dict[tuple[str, str], int], float | None]:
+    """Jobs not done, per (consumer, status), over every token, and the oldest open job's age.
+    Done jobs are left out: the claim index answers without reading them."""
+    statuses = (*OPEN, FAILED, UNKNOWN)
+    query = (
+        select(jobs.c.consumer, jobs.c.status, func.count())
+        .where(jobs.c.status.in_(statuses))
+        .group_by(jobs.c.consumer, jobs.c.status)
+    )
+    counts = {(str(c), str(s)): int(n) for c, s, n in conn.execute(query)}
+    oldest = conn.execute(
+        select(func.min(jobs.c.created_at)).where(jobs.c.status.in_(OPEN))
+    ).scalar()
+    return counts, None if oldest is None else max(0.0, time.time() - float(oldest))
+
+
 def _item(row: Any) -> dict[str, Any]:
     return {
         "id": row.id,

@@ -12,12 +12,14 @@ principal again through `require_admin`, so a slip here alone cannot open them.
 
 from __future__ import annotations
 
+import hmac
 import logging
 import time
 
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from memory_bridge.core import metrics
 from memory_bridge.core.errors import ProxyError
 from memory_bridge.core.request_context import new_request_id, request_id_var
 from memory_bridge.http import chat_routes, responses_routes
@@ -28,10 +30,31 @@ from memory_bridge.http.services import services_in
 from memory_bridge.storage.tokens import Principal, TokenStore
 
 log = logging.getLogger(__name__)
+access_log = logging.getLogger("memory_bridge.access")
 OPEN_PATHS = frozenset({"/health"})
-# The admin API's own reference, and the metrics: served to the admin token only.
+# The admin API's own reference, and the metrics: served to the admin token only (the metrics
+# also to METRICS_TOKEN).
 ADMIN_DOC_PATHS = frozenset({"/docs", "/openapi.json", "/metrics"})
+METRICS_PATH = "/metrics"
 ADMIN_PREFIX = "/v1/admin"
+# The console signs in with a form and a session cookie: it checks its own requests
+# (http/console/session.py), never with a bearer token. Only this prefix: /v1/admin stays
+# bearer-only.
+CONSOLE_PREFIX = "/console"
+# Every console response: no script but our own files (there are none today), no framing, no
+# caching of pages that show memory, no referrer leaving with a URL.
+CONSOLE_HEADERS = [
+    (
+        b"content-security-policy",
+        b"default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        b"form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    ),
+    (b"x-frame-options", b"DENY"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"cache-control", b"no-store"),
+]
+METRICS_PRINCIPAL = Principal(token_id=0, is_admin=False, config=None)
 
 
 class Denied(Exception):
@@ -59,12 +82,15 @@ class EdgeMiddleware:
         token = request_id_var.set(rid)
         rid_header = (b"x-request-id", rid.encode())
         response_started = False
+        status = 500
+        extra = [rid_header, *CONSOLE_HEADERS] if is_console(scope["path"]) else [rid_header]
 
         async def send_with_id(message: Message) -> None:
-            nonlocal response_started
+            nonlocal response_started, status
             if message["type"] == "http.response.start":
                 response_started = True
-                message["headers"] = [*message.get("headers", []), rid_header]
+                status = message["status"]
+                message["headers"] = [*message.get("headers", []), *extra]
             await send(message)
 
         try:
@@ -72,9 +98,10 @@ class EdgeMiddleware:
             state["started"] = started
             state["request_id"] = rid
             path: str = scope["path"]
-            if path not in OPEN_PATHS:
+            if path not in OPEN_PATHS and not is_console(path):
                 try:
                     state["principal"] = await authenticate(scope, path)
+                    metrics.stage("auth", time.perf_counter() - started)
                 except Denied as denied:
                     await _reject(send_with_id, denied.status, denied.type, denied.message)
                     return
@@ -100,7 +127,54 @@ class EdgeMiddleware:
             finally:
                 reader.release()
         finally:
+            _account(scope, status, time.perf_counter() - started)
             request_id_var.reset(token)
+
+
+def is_console(path: str) -> bool:
+    return path == CONSOLE_PREFIX or path.startswith(CONSOLE_PREFIX + "/")
+
+
+def route_of(path: str) -> str:
+    """A bounded name for a path: a metric label never holds what a client typed."""
+    if path == chat_routes.PATH:
+        return "chat"
+    if path == responses_routes.PATH:
+        return "responses"
+    if path.startswith(responses_routes.PREFIX):
+        return "responses_item"
+    if needs_admin(path):
+        return "metrics" if path == METRICS_PATH else "admin"
+    if is_console(path):
+        return "console"
+    if path in OPEN_PATHS:
+        return "health"
+    return "passthrough" if path.startswith("/v1/") else "other"
+
+
+def _account(scope: Scope, status: int, seconds: float) -> None:
+    """The request's metrics and its access line (one JSON object with LOG_FORMAT=json)."""
+    principal = scope.get("state", {}).get("principal")
+    token_id = (
+        principal.token_id if isinstance(principal, Principal) and principal.token_id else None
+    )
+    route = route_of(scope["path"])
+    metrics.request_done(route, status, token_id, seconds)
+    access_log.info(
+        "%s %s %d %.1fms",
+        scope.get("method", ""),
+        route,
+        status,
+        seconds * 1000,
+        extra={
+            "request_id": scope.get("state", {}).get("request_id", ""),
+            "token_id": token_id,
+            "route": route,
+            "method": scope.get("method", ""),
+            "status": status,
+            "duration_ms": round(seconds * 1000, 3),
+        },
+    )
 
 
 async def authenticate(scope: Scope, path: str) -> Principal:
@@ -108,7 +182,11 @@ async def authenticate(scope: Scope, path: str) -> Principal:
     secret = _bearer(scope)
     if secret is None:
         raise Denied(401, "authentication_error", "Missing bearer token.")
-    tokens: TokenStore = services_in(scope).memory.tokens
+    services = services_in(scope)
+    scraper = services.settings.metrics_token
+    if path == METRICS_PATH and scraper and hmac.compare_digest(secret.encode(), scraper.encode()):
+        return METRICS_PRINCIPAL
+    tokens: TokenStore = services.memory.tokens
     try:
         principal = await tokens.authenticate(secret)
     except Exception as exc:

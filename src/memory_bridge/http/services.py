@@ -18,6 +18,7 @@ from memory_bridge.http.body_limits import BodyLimits
 from memory_bridge.jobs.worker import JobWorker
 from memory_bridge.settings import Settings
 from memory_bridge.sources.services import MemoryServices
+from memory_bridge.storage.console_sessions import ConsoleSessions
 from memory_bridge.storage.health import StorageHealth
 from memory_bridge.storage.traces import TraceStore
 
@@ -33,6 +34,7 @@ class Services:
     body_limits: BodyLimits
     worker: JobWorker | None  # None when `serve` leaves the queue to worker processes
     mcp: StreamableHTTPSessionManager  # `/mcp` (http/mcp); run for the app's lifetime
+    console_sessions: ConsoleSessions
 
 
 def services_of(request: HTTPConnection) -> Services:

@@ -25,6 +25,7 @@ from typing import Protocol
 
 from sqlalchemy import Connection, select
 
+from memory_bridge.core import metrics
 from memory_bridge.core.request_context import request_id_var
 from memory_bridge.events import queue
 from memory_bridge.events.log import stored_event
@@ -202,6 +203,7 @@ class JobWorker:
                     delay,
                     error,
                 )
+                metrics.job_outcome(job.consumer, "retried")
                 await self._write(lambda conn: queue.retry_later(conn, job, delay, error))
         else:
             await self._end(job, queue.DONE, None)
@@ -218,6 +220,8 @@ class JobWorker:
         return type(exc).__name__
 
     async def _end(self, job: Job, status: str, error: str | None) -> None:
+        metrics.job_outcome(job.consumer, status)
+
         def work(conn: Connection) -> tuple[bool, bool]:
             ended = queue.finish(conn, job, status, error)
             return ended, ended and queue.successor_waiting(conn, job)

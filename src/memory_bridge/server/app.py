@@ -8,8 +8,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
 from memory_bridge.chat.handler import ChatHandler
@@ -21,7 +20,7 @@ from memory_bridge.context.template import MemoryTemplate, load_template
 from memory_bridge.core import token_count
 from memory_bridge.core.heap import freeze_long_lived
 from memory_bridge.events.recorder import TurnRecorder
-from memory_bridge.http import admin, passthrough_routes
+from memory_bridge.http import admin, console, metrics_route, passthrough_routes
 from memory_bridge.http.body_limits import BodyLimits
 from memory_bridge.http.edge import EdgeMiddleware
 from memory_bridge.http.errors import install_error_handlers
@@ -30,6 +29,7 @@ from memory_bridge.http.services import Services, services_of
 from memory_bridge.jobs.wiring import create_worker
 from memory_bridge.settings import Settings
 from memory_bridge.sources.services import open_memory_services
+from memory_bridge.storage.console_sessions import ConsoleSessions
 from memory_bridge.storage.health import StorageHealth
 from memory_bridge.storage.response_owners import ResponseOwners
 from memory_bridge.storage.traces import TraceStore
@@ -109,6 +109,7 @@ async def running_services(settings: Settings) -> AsyncIterator[Services]:
                 body_limits=BodyLimits.from_settings(settings),
                 worker=worker,
                 mcp=mcp,
+                console_sessions=ConsoleSessions(settings.console_session_seconds),
             )
     finally:
         if worker is not None:
@@ -151,11 +152,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             return JSONResponse(body, status_code=503)
         return JSONResponse({"status": "ok"})
 
-    @app.get("/metrics", include_in_schema=False)
-    async def metrics() -> Response:
-        """Prometheus metrics, for the admin token (the edge checks)."""
-        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
-
     app.include_router(passthrough_routes.router)
     app.include_router(admin.router)
+    app.include_router(metrics_route.router)
+    console.install(app)
     return app

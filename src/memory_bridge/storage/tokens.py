@@ -183,13 +183,13 @@ class TokenStore:
             ).first()
         return None if row is None else _record(row, self._cipher)
 
-    async def list(self) -> list[TokenRecord]:
+    async def list(self, limit: int | None = None, offset: int = 0) -> list[TokenRecord]:
+        """The service tokens by id; `limit`/`offset`: one page of them."""
+        query = select(tokens).where(tokens.c.is_admin.is_(False)).order_by(tokens.c.id)
+        if limit is not None:
+            query = query.limit(limit).offset(offset)
         async with self._sessions() as s:
-            rows = (
-                await s.execute(
-                    select(tokens).where(tokens.c.is_admin.is_(False)).order_by(tokens.c.id)
-                )
-            ).all()
+            rows = (await s.execute(query)).all()
         return [_record(r, self._cipher) for r in rows]
 
     async def update(self, token_id: int, config: TokenConfig) -> TokenRecord | None:

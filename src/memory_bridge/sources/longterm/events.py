@@ -99,6 +99,19 @@ class FactLog:
         ]
         return await self._append(token_id, events)
 
+    async def updated(self, token_id: int, memory: StoredMemory, embed_model: str) -> int:
+        """A fact an operator corrected: its new text, from no turn."""
+        user = _user(token_id, memory.namespace)
+        payload = {
+            "user": user,
+            "memory_id": memory.id,
+            "text": memory.text,
+            "source_event_id": None,
+        }
+        aggregate = longterm_aggregate(token_id, user, memory.id)
+        event = NewEvent(EventType.LONGTERM_UPDATED, aggregate, payload, embed_model=embed_model)
+        return await self._append(token_id, [event])
+
     async def _append(self, token_id: int, events: list[NewEvent]) -> int:
         if self._db is None or not events:
             return 0

@@ -188,6 +188,20 @@ class Mem0Pool:
 
         return await self._call(spec, run)
 
+    async def update(self, spec: Mem0Spec, memory_id: str, text: str) -> StoredMemory | None:
+        """An operator's correction of a fact (re-embedded); None if there was no such one."""
+        if not _is_uuid(memory_id):
+            return None
+
+        def run(memory: Any) -> StoredMemory | None:
+            if not memory.get(memory_id):
+                return None
+            memory.update(memory_id, text=text)
+            found = memory.get(memory_id)
+            return None if not found else from_mem0_result(found)
+
+        return await self._call(spec, run, write=True)
+
     async def delete_namespace(self, spec: Mem0Spec, namespace: str) -> list[StoredMemory]:
         try:
             return await self._call(spec, lambda memory: _delete_where(memory, spec, namespace))

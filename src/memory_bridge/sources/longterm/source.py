@@ -199,6 +199,17 @@ class LongTermMemory:
             await self.facts.deleted(token_id, gone, "admin")
         return len(gone)
 
+    async def update(
+        self, token_id: int, config: TokenConfig, memory_id: str, text: str
+    ) -> StoredMemory | None:
+        """Replace a fact's text (an operator's edit), logged as `longterm.updated`."""
+        spec = await self._spec(token_id, config)
+        async with asyncio.timeout(self._store_timeout):
+            updated = await self.pool.update(spec, memory_id, text[:MAX_STORED_CHARS])
+            if updated is not None:
+                await self.facts.updated(token_id, updated, spec.model_id)
+            return updated
+
     async def delete_all(self, token_id: int, config: TokenConfig, user: str | None) -> None:
         """One end user's memories (`user=""`: the token-wide ones), or, with `user=None`,
         every long-term memory of the token's current embedding space (the token stays)."""

@@ -1,0 +1,38 @@
+"""`GET /metrics`: Prometheus' text format, for the admin token or METRICS_TOKEN (the edge
+checks; this route checks again). The queue's depth is read from the database at each scrape:
+any process (a separate worker's included) changes it."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.responses import Response
+
+from memory_bridge.core import metrics
+from memory_bridge.core.errors import ProxyError
+from memory_bridge.events import queue
+from memory_bridge.http.edge import METRICS_PRINCIPAL
+from memory_bridge.http.services import services_of
+from memory_bridge.storage.tokens import Principal
+
+router = APIRouter()
+
+
+async def sample_queue(request: Request) -> dict[tuple[str, str], int]:
+    """Read the queue's depth into the metrics; returns it too (the console's Overview)."""
+    db = services_of(request).memory.db
+    counts, lag = await db.run(queue.depth)
+    metrics.queue_depth(counts, lag)
+    return counts
+
+
+@router.get("/metrics", include_in_schema=False)
+async def prometheus_metrics(request: Request) -> Response:
+    principal = request.scope.get("state", {}).get("principal")
+    allowed = principal is METRICS_PRINCIPAL or (
+        isinstance(principal, Principal) and principal.is_admin
+    )
+    if not allowed:
+        raise ProxyError(403, "permission_error", "This endpoint needs the admin token.")
+    await sample_queue(request)
+    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
