@@ -4,7 +4,7 @@ walk "all admin routes"."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, FastAPI
 
 from memory_bridge.http import admin
 
@@ -14,10 +14,13 @@ def admin_routers() -> list[APIRouter]:
 
 
 def admin_operations() -> set[str]:
-    """`METHOD /path` of every admin route, as the OpenAPI schema names them."""
+    """`METHOD /path` of every admin route, as the OpenAPI schema names them (read from an app
+    that serves only the admin API: the schema is FastAPI's public view of its routes)."""
+    app = FastAPI()
+    for router in admin_routers():
+        app.include_router(router)
     return {
-        f"{method} {route.path_format}"
-        for router in admin_routers()
-        for route in router.routes
-        for method in getattr(route, "methods", ())
+        f"{method.upper()} {path}"
+        for path, operations in app.openapi()["paths"].items()
+        for method in operations
     }
