@@ -72,7 +72,7 @@ async def erase_user(
     found = await runtime.db.write(first)
     runtime.curated.forget(token_id)
     if found.running_jobs:
-        await _wait_for(runtime, found.running_jobs)
+        await wait_for_jobs(runtime, found.running_jobs)
     longterm = await _erase_longterm(runtime, token_id, user)
     await _sweep_vectors(runtime, token_id, user, held)
     earlier = {**erase_rows.counts_of(found), **points}
@@ -144,7 +144,7 @@ async def _erase_longterm(runtime: MemoryServices, token_id: int, user: str) -> 
     return "erased"
 
 
-async def _wait_for(runtime: MemoryServices, job_ids: list[int]) -> None:
+async def wait_for_jobs(runtime: MemoryServices, job_ids: list[int]) -> None:
     """Wait for the user's jobs that were running to end (their event is gone: one that
     retries finds nothing to do), then drop them; the sweeps that follow catch their writes."""
     deadline = time.monotonic() + runtime.settings.memory_store_timeout

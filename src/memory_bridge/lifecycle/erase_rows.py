@@ -78,7 +78,7 @@ class RowsErased:
 
 def erase_rows(conn: Connection, token_id: int, user: str) -> RowsErased:
     """Delete the user's rows (one write unit)."""
-    with _secure_delete(conn):
+    with secure_delete(conn):
         return _erase(conn, token_id, user)
 
 
@@ -92,7 +92,7 @@ def erase_rows_and_close(
     """The last pass (one write unit): delete whatever of the user's rows appeared since the
     first (the long-term layer's own `longterm.deleted` events, a late job's), then append
     the tombstone with the counts of the whole erasure if it removed anything at all."""
-    with _secure_delete(conn):
+    with secure_delete(conn):
         found = _erase(conn, token_id, user)
     counts = dict(earlier)
     for name, value in counts_of(found).items():
@@ -109,7 +109,7 @@ def erase_rows_and_close(
 
 
 @contextmanager
-def _secure_delete(conn: Connection) -> Iterator[None]:
+def secure_delete(conn: Connection) -> Iterator[None]:
     """SQLite zeroes what this transaction frees instead of leaving it in free space."""
     sqlite = conn.dialect.name == "sqlite"
     if sqlite:
@@ -146,7 +146,7 @@ def _erase(conn: Connection, token_id: int, user: str) -> RowsErased:
     out.curated = conn.execute(
         delete(curated).where(curated.c.token_id == token_id, curated.c.user_id == user)
     ).rowcount
-    for chunk in _chunks(event_ids):
+    for chunk in chunks(event_ids):
         running = conn.execute(
             select(jobs.c.id).where(jobs.c.event_id.in_(chunk), jobs.c.status == queue.RUNNING)
         )
@@ -154,9 +154,9 @@ def _erase(conn: Connection, token_id: int, user: str) -> RowsErased:
         out.jobs += conn.execute(
             delete(jobs).where(jobs.c.event_id.in_(chunk), jobs.c.status != queue.RUNNING)
         ).rowcount
-    for chunk in _chunks(ids):
+    for chunk in chunks(ids):
         conn.execute(delete(memory_events).where(memory_events.c.id.in_(chunk)))
-    out.traces = _erase_traces(conn, token_id, request_ids, set(event_ids))
+    out.traces = erase_traces(conn, token_id, request_ids, set(event_ids))
     out.audit = conn.execute(
         delete(events).where(
             events.c.token_id == token_id,
@@ -209,14 +209,14 @@ def _user_events(
     return ids, event_ids, request_ids, sessions
 
 
-def _erase_traces(
+def erase_traces(
     conn: Connection, token_id: int, request_ids: Iterable[str], event_ids: set[str]
 ) -> int:
     """Traces don't record the end user: the user's are those of the requests their events
     came from, and any other whose candidates were recalled from those events."""
     of_token = context_traces.c.token_id == token_id
     erased = 0
-    for chunk in _chunks(sorted(request_ids)):
+    for chunk in chunks(sorted(request_ids)):
         erased += conn.execute(
             delete(context_traces).where(of_token, context_traces.c.request_id.in_(chunk))
         ).rowcount
@@ -237,7 +237,7 @@ def _erase_traces(
         if len(page) < _TRACE_PAGE:
             break
         after = int(page[-1].id)
-    for chunk in _chunks(doomed):
+    for chunk in chunks(doomed):
         erased += conn.execute(
             delete(context_traces).where(context_traces.c.id.in_(chunk))
         ).rowcount
@@ -265,14 +265,13 @@ def running(conn: Connection, job_ids: Sequence[int]) -> int:
             ).scalar()
             or 0
         )
-        for chunk in _chunks(job_ids)
+        for chunk in chunks(job_ids)
     )
 
 
 def drop_jobs(conn: Connection, job_ids: Sequence[int]) -> int:
     return sum(
-        conn.execute(delete(jobs).where(jobs.c.id.in_(chunk))).rowcount
-        for chunk in _chunks(job_ids)
+        conn.execute(delete(jobs).where(jobs.c.id.in_(chunk))).rowcount for chunk in chunks(job_ids)
     )
 
 
@@ -286,6 +285,6 @@ def checkpoint(conn: Connection) -> None:
         log.warning("erasure: the WAL could not be truncated now (readers); it will be later")
 
 
-def _chunks(values: Sequence[Any]) -> Iterator[Sequence[Any]]:
+def chunks(values: Sequence[Any]) -> Iterator[Sequence[Any]]:
     for start in range(0, len(values), _CHUNK):
         yield values[start : start + _CHUNK]

@@ -61,7 +61,7 @@ async def erase_end_user(request: Request, token_id: TokenId, user: UserPath) ->
     runtime: MemoryServices = services_of(request).memory
     if await runtime.tokens.get(token_id) is None:
         raise ProxyError(404, "not_found_error", f"No token with id {token_id}.")
-    traces: TraceStore | None = getattr(request.app.state, "traces", None)
+    traces: TraceStore = services_of(request).traces
     try:
         erased = await erase_user(
             runtime, token_id, user, traces=traces, request_id=request.state.request_id
