@@ -239,14 +239,29 @@ def _whole(
 def _scope(token_id: int, body: dict[str, Any], headers: Mapping[str, str]) -> Scope:
     user = body.get("user")
     if user is None:
-        user = headers.get("x-user-id", TOKEN_WIDE_USER)
+        user = _utf8(headers.get("x-user-id", TOKEN_WIDE_USER), "X-User-Id")
     elif not isinstance(user, str):
         raise invalid_request("'user' must be a string.")
-    session = headers.get("x-session-id", DEFAULT_SESSION) or DEFAULT_SESSION
+    session = _utf8(headers.get("x-session-id", DEFAULT_SESSION), "X-Session-Id")
+    session = session or DEFAULT_SESSION
     for label, value in (("user", user), ("X-Session-Id", session)):
         if len(value) > _MAX_ID or not value.isprintable():
             raise invalid_request(f"{label} must be at most {_MAX_ID} printable characters.")
     return Scope(token_id=token_id, user=user, session=session)
+
+
+def _utf8(value: str, label: str) -> str:
+    """A header's text as UTF-8, like the body's `user` (the server hands header bytes over as
+    latin-1): `X-User-Id: jürgen` is the end user "jürgen"; bytes that are not UTF-8 are a 400,
+    never a second spelling of someone."""
+    try:
+        raw = value.encode("latin-1")
+    except UnicodeEncodeError:  # already text beyond latin-1: not from the wire
+        return value
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise invalid_request(f"{label} must be UTF-8 text.", 400) from None
 
 
 def _diagnostics(recalls: list[Recall], started: float) -> list[tuple[bytes, bytes]]:

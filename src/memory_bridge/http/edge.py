@@ -28,8 +28,10 @@ from memory_bridge.storage.tokens import Principal, TokenStore
 
 log = logging.getLogger(__name__)
 OPEN_PATHS = frozenset({"/health"})
-# The admin API's own reference, and the metrics: served to the admin token only.
+# The admin API's own reference, and the metrics: served to the admin token only (everything
+# below `/docs/` too: a service token learns nothing of the admin API there).
 ADMIN_DOC_PATHS = frozenset({"/docs", "/openapi.json", "/metrics"})
+ADMIN_DOC_PREFIX = "/docs/"
 ADMIN_PREFIX = "/v1/admin"
 
 
@@ -42,7 +44,12 @@ class Denied(Exception):
 
 
 def needs_admin(path: str) -> bool:
-    return path in ADMIN_DOC_PATHS or path == ADMIN_PREFIX or path.startswith(ADMIN_PREFIX + "/")
+    return (
+        path in ADMIN_DOC_PATHS
+        or path.startswith(ADMIN_DOC_PREFIX)
+        or path == ADMIN_PREFIX
+        or path.startswith(ADMIN_PREFIX + "/")
+    )
 
 
 class EdgeMiddleware:

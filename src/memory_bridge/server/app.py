@@ -127,6 +127,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         docs_url="/docs",
         redoc_url=None,
         openapi_url="/openapi.json",
+        swagger_ui_oauth2_redirect_url=None,  # no OAuth flow: nothing to serve below /docs
     )
     install_error_handlers(app)
 

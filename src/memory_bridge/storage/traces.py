@@ -117,12 +117,16 @@ class TraceStore:
             with contextlib.suppress(Exception):
                 await asyncio.shield(flusher)
 
+        # A trace past its retention age is not served, whether or not a prune removed it yet.
+        cutoff = time.time() - self._keep_seconds
+
         def read(conn: Connection) -> str | None:
             return conn.execute(
                 select(context_traces.c.body)
                 .where(
                     context_traces.c.token_id == token_id,
                     context_traces.c.request_id == request_id,
+                    context_traces.c.created_at >= cutoff,
                 )
                 .order_by(context_traces.c.id.desc())
                 .limit(1)
