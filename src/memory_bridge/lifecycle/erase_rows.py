@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Connection, delete, func, select
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from memory_bridge.events import log as event_log
 from memory_bridge.events import queue
@@ -34,6 +35,7 @@ from memory_bridge.events.model import (
     session_aggregate,
     user_aggregate,
 )
+from memory_bridge.storage.db import Database
 from memory_bridge.storage.tables import context_traces, curated, events, jobs, memory_events
 from memory_bridge.storage.tables import messages as message_rows
 
@@ -156,7 +158,7 @@ def _erase(conn: Connection, token_id: int, user: str) -> RowsErased:
         ).rowcount
     for chunk in chunks(ids):
         conn.execute(delete(memory_events).where(memory_events.c.id.in_(chunk)))
-    out.traces = erase_traces(conn, token_id, request_ids, set(event_ids))
+    out.traces = erase_traces(conn, token_id, request_ids, set(event_ids), user)
     out.audit = conn.execute(
         delete(events).where(
             events.c.token_id == token_id,
@@ -210,17 +212,22 @@ def _user_events(
 
 
 def erase_traces(
-    conn: Connection, token_id: int, request_ids: Iterable[str], event_ids: set[str]
+    conn: Connection,
+    token_id: int,
+    request_ids: Iterable[str],
+    event_ids: set[str],
+    user: str | None = None,
 ) -> int:
-    """Traces don't record the end user: the user's are those of the requests their events
-    came from, and any other whose candidates were recalled from those events."""
+    """The traces of the requests the events came from, any other whose candidates were
+    recalled from those events, and (`user`) every trace of that end user's requests, stored
+    or not (a trace records its end user; one written before it did is found the other ways)."""
     of_token = context_traces.c.token_id == token_id
     erased = 0
     for chunk in chunks(sorted(request_ids)):
         erased += conn.execute(
             delete(context_traces).where(of_token, context_traces.c.request_id.in_(chunk))
         ).rowcount
-    if not event_ids:
+    if not event_ids and user is None:
         return erased
     doomed: list[int] = []
     after = 0
@@ -232,7 +239,7 @@ def erase_traces(
             .limit(_TRACE_PAGE)
         ).all()
         for row in page:
-            if _recalls(row.body, event_ids):
+            if _recalls(row.body, event_ids, user):
                 doomed.append(int(row.id))
         if len(page) < _TRACE_PAGE:
             break
@@ -244,11 +251,14 @@ def erase_traces(
     return erased
 
 
-def _recalls(body: str, event_ids: set[str]) -> bool:
+def _recalls(body: str, event_ids: set[str], user: str | None = None) -> bool:
     try:
-        candidates = json.loads(body).get("candidates") or []
+        trace = json.loads(body)
+        candidates = trace.get("candidates") or []
     except (ValueError, AttributeError):
         return False
+    if user is not None and trace.get("user") == user:
+        return True
     for candidate in candidates:
         lineage = candidate.get("lineage") if isinstance(candidate, dict) else None
         if isinstance(lineage, dict) and lineage.get("event_id") in event_ids:
@@ -273,6 +283,28 @@ def drop_jobs(conn: Connection, job_ids: Sequence[int]) -> int:
     return sum(
         conn.execute(delete(jobs).where(jobs.c.id.in_(chunk))).rowcount for chunk in chunks(job_ids)
     )
+
+
+# The tables an erasure (or a delete) removes rows of: rewritten on PostgreSQL.
+_REWRITTEN = (memory_events, message_rows, curated, jobs, context_traces, events)
+
+
+async def rewrite_files(db: Database, engine: AsyncEngine) -> str:
+    """Make the deleted rows leave the database's files; what was done (for the receipt).
+
+    SQLite (rows deleted with `secure_delete`): the WAL checkpointed and truncated. PostgreSQL:
+    `VACUUM FULL` of every table rows were deleted from, which writes each anew without them (a
+    plain VACUUM only marks their space reusable, the text stays in the file); it holds an
+    exclusive lock on each table while it copies it. The WAL keeps the old rows until its
+    segments are recycled (docs/operations.md)."""
+    if engine.dialect.name != "postgresql":
+        await db.run(checkpoint)
+        return "sqlite: secure_delete, WAL checkpointed and truncated"
+    async with engine.connect() as conn:
+        auto = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        for table in _REWRITTEN:
+            await auto.exec_driver_sql(f"VACUUM FULL {table.name}")
+    return "postgresql: VACUUM FULL " + ", ".join(t.name for t in _REWRITTEN)
 
 
 def checkpoint(conn: Connection) -> None:

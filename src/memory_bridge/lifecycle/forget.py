@@ -111,7 +111,7 @@ async def delete_session(
             erase_rows.erase_traces(conn, token_id, (), set(rows.event_ids))
 
     await runtime.db.write(last)
-    await runtime.db.run(erase_rows.checkpoint)
+    await erase_rows.rewrite_files(runtime.db, runtime.engine)
     log.info(
         "token %d: a session deleted (%d turn(s), %d fact(s))",
         token_id,
@@ -296,7 +296,7 @@ async def delete_facts(
                 runtime.vectors.index(key.token_id, key.model_id, key.dims).compact()
 
     await runtime.vector_threads.run(compact)
-    await runtime.db.run(erase_rows.checkpoint)
+    await erase_rows.rewrite_files(runtime.db, runtime.engine)
 
 
 async def delete_curated(
@@ -325,7 +325,7 @@ async def delete_curated(
 
     found = await event_log.write_appending(runtime.db, work)
     if found:
-        await runtime.db.run(erase_rows.checkpoint)
+        await erase_rows.rewrite_files(runtime.db, runtime.engine)
     return found
 
 

@@ -15,6 +15,7 @@ whole beyond its bound.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import os
 import uuid
@@ -103,14 +104,22 @@ class ImportEvent:
         )
 
 
+STAGED_GLOB = "import-*.ndjson"
+
+
 @dataclass
 class Staged:
-    """A validated import waiting in its file; `discard()` when done with it."""
+    """A validated import waiting in its file; `discard()` when done with it.
+
+    The file holds the import's plaintext: it is locked (`flock`) for as long as it is in use,
+    so `sweep_stale` (at start-up, and by every erasure) removes only what a killed import left.
+    """
 
     path: Path
     header: dict[str, Any] = field(default_factory=dict)
     events: int = 0
     counts: dict[str, int] = field(default_factory=dict)
+    lock: int | None = None  # a descriptor holding the file's lock until `discard`
 
     def read(self) -> Iterator[ImportEvent]:
         with self.path.open(encoding="utf-8") as fh:
@@ -119,6 +128,31 @@ class Staged:
 
     def discard(self) -> None:
         self.path.unlink(missing_ok=True)
+        if self.lock is not None:
+            lock, self.lock = self.lock, None
+            os.close(lock)
+
+
+def sweep_stale(directory: Path) -> int:
+    """Delete the staged imports no import is using (a killed one's); how many."""
+    if not directory.is_dir():
+        return 0
+    removed = 0
+    for path in directory.glob(STAGED_GLOB):
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            continue  # in use by an import of this or another process
+        else:
+            path.unlink(missing_ok=True)
+            removed += 1
+        finally:
+            os.close(fd)
+    return removed
 
 
 async def stage(chunks: AsyncIterator[bytes], directory: Path, bounds: ImportBounds) -> Staged:
@@ -126,7 +160,10 @@ async def stage(chunks: AsyncIterator[bytes], directory: Path, bounds: ImportBou
     private_dir(directory)
     path = directory / f"import-{uuid.uuid4().hex}.ndjson"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    staged = Staged(path)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    # The lock belongs to the open file, which this duplicate keeps open after the writer
+    # below is closed.
+    staged = Staged(path, lock=os.dup(fd))
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             reader = _Lines()

@@ -26,6 +26,7 @@ from memory_bridge.http.edge import EdgeMiddleware
 from memory_bridge.http.errors import install_error_handlers
 from memory_bridge.http.services import Services, services_of
 from memory_bridge.jobs.wiring import create_worker
+from memory_bridge.lifecycle.import_lines import sweep_stale
 from memory_bridge.settings import Settings
 from memory_bridge.sources.services import open_memory_services
 from memory_bridge.storage.health import StorageHealth
@@ -66,6 +67,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         runtime = await open_memory_services(settings)
+        # A killed import's staged file holds its plaintext: gone before anything is served.
+        stale = sweep_stale(settings.memory_bridge_data_dir / "imports")
+        if stale:
+            log.info("removed %d staged import(s) left by an import that did not finish", stale)
         llm_session = create_session(
             timeout=settings.http_timeout,
             connect_timeout=settings.http_connect_timeout,

@@ -141,7 +141,7 @@ async def delete_token(
         default=False, description="Also delete its history, documents, memories and events."
     ),
 ) -> Response:
-    traces = getattr(request.app.state, "traces", None)
+    traces = services_of(request).traces
     await token_admin.delete_token(_runtime(request), token_id, purge=purge, traces=traces)
     return Response(status_code=204)
 
