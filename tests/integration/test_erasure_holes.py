@@ -7,6 +7,7 @@ answer and in the audit log)."""
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import json
 import os
@@ -14,12 +15,15 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import httpx
+import pytest
 
 from tests.fakes.upstream import FakeUpstream, Scenario
 from tests.integration.longterm_support import memory_fields, wait_until
+from tests.support.databases import fresh_postgres_url, needs_postgres
 from tests.support.loopback import LoopbackServer
-from tests.support.proxy import Proxy
+from tests.support.proxy import Proxy, start_proxy
 
 MARKER = "Zyqvorth7731"
 KEPT = "Plimsoll4408"
@@ -205,3 +209,53 @@ def test_a_token_deleted_without_purge_can_be_purged_afterwards(
     assert _files_holding(data_dir, KEPT)
     assert proxy.admin("DELETE", f"/tokens/{token_id}?purge=true").status_code == 404
     assert proxy.admin("DELETE", f"/tokens/{token_id + 99}?purge=true").status_code == 404
+
+
+@needs_postgres
+@pytest.mark.postgres
+def test_on_postgresql_the_table_files_keep_nothing_of_the_erased(
+    tmp_path: Path, upstream: FakeUpstream, upstream_server: tuple[FakeUpstream, str]
+) -> None:
+    """The documented procedure: the erasure's VACUUM FULL, then a checkpoint (so every page
+    is in its file and the old files are gone); the WAL is documented to keep the rows."""
+    with fresh_postgres_url() as url:
+        server, proxy = start_proxy(tmp_path / "data", upstream_server[1], database_url=url)
+        try:
+            token_id, token = proxy.create_token(
+                **memory_fields(proxy.upstream_url, embed_body={"model": "bow-words"})
+            )
+            _say(proxy, token, f"My locker code is {MARKER}", "alice")
+            _say(proxy, token, f"My bike code is {KEPT}", "bob")
+            wait_until(lambda: _settled(proxy, token_id), what="the jobs")
+            erased = proxy.admin("DELETE", f"/tokens/{token_id}/users/alice")
+            assert erased.status_code == 200, erased.text
+            receipt = erased.json()
+            assert receipt["layers"]["storage"].startswith("postgresql: VACUUM FULL")
+            assert receipt["counts"]["messages"] == 2 and receipt["counts"]["episodic"] == 2
+        finally:
+            server.stop()
+        files = _database_files(url)
+        assert _files_holding(files, KEPT)  # the scan finds what is there
+        assert _files_holding(files, MARKER) == []
+        assert _files_holding(proxy.settings.memory_bridge_data_dir, MARKER) == []
+
+
+def _database_files(url: str) -> Path:
+    """The directory of the database's relation files, after a checkpoint."""
+
+    async def locate() -> Path:
+        conn = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://"))
+        try:
+            await conn.execute("CHECKPOINT")
+            home = await conn.fetchval("SHOW data_directory")
+            oid = await conn.fetchval(
+                "SELECT oid FROM pg_database WHERE datname = current_database()"
+            )
+        finally:
+            await conn.close()
+        return Path(home) / "base" / str(oid)
+
+    files = asyncio.run(locate())
+    if not os.access(files, os.R_OK):
+        pytest.skip("the PostgreSQL data directory is not readable here")
+    return files
