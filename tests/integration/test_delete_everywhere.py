@@ -9,7 +9,9 @@ import json
 import sqlite3
 from pathlib import Path
 
-from tests.fakes.upstream import FakeUpstream
+import httpx
+
+from tests.fakes.upstream import FakeUpstream, Scenario
 from tests.integration.longterm_support import memories, memory_fields, wait_until
 from tests.support.proxy import Proxy
 
@@ -64,6 +66,16 @@ def _rows_holding(proxy: Proxy, marker: str) -> dict[str, int]:
         db.close()
 
 
+def _traces_of(proxy: Proxy, session: str) -> int:
+    path = proxy.settings.resolved_database_url.split("///", 1)[1]
+    db = sqlite3.connect(path)
+    try:
+        bodies = [json.loads(r[0]) for r in db.execute("select body from context_traces")]
+    finally:
+        db.close()
+    return sum(1 for b in bodies if b.get("session") == session)
+
+
 def test_a_deleted_session_is_never_injected_again(proxy: Proxy, upstream: FakeUpstream) -> None:
     token_id, token = proxy.create_token(
         **memory_fields(proxy.upstream_url, embed_body={"model": "bow-words"})
@@ -76,6 +88,20 @@ def test_a_deleted_session_is_never_injected_again(proxy: Proxy, upstream: FakeU
     assert MARKER in _forwarded(upstream)
     assert any(MARKER in m["memory"] for m in memories(proxy, token_id, "alice"))
     wait_until(lambda: _settled(proxy, token_id), what="the jobs")
+    # A request of the session the upstream failed: never stored, but traced.
+    upstream.enqueue(Scenario(status=500))
+    failed = httpx.post(
+        f"{proxy.url}/v1/chat/completions",
+        json={"model": "m", "messages": [{"role": "user", "content": "My bike lock code?"}]},
+        headers={
+            "Authorization": f"Bearer {token}",
+            "X-User-Id": "alice",
+            "X-Session-Id": "monday",
+        },
+        timeout=30,
+    )
+    assert failed.status_code == 500
+    wait_until(lambda: _traces_of(proxy, "monday"), what="the failed request's trace")
 
     path = f"/tokens/{token_id}/sessions"
     gone = proxy.admin("DELETE", path, params={"session": "monday", "user": "alice"})
@@ -93,6 +119,8 @@ def test_a_deleted_session_is_never_injected_again(proxy: Proxy, upstream: FakeU
 
     # Nowhere: not in the log, a trace, a vector shard or any file under the data directory.
     assert not any(_rows_holding(proxy, MARKER).values())
+    # Of monday's traces only the one of the request asked after the delete is left.
+    wait_until(lambda: _traces_of(proxy, "monday") == 1, what="monday's traces")
     data_dir = proxy.settings.memory_bridge_data_dir
     assert _files_holding(data_dir, KEPT)  # the scan finds what is there
     assert _files_holding(data_dir, MARKER) == []
@@ -135,3 +163,35 @@ def test_a_deleted_fact_and_document_are_gone_from_log_and_traces(
     assert not any(_rows_holding(proxy, KEPT).values())
     data_dir = proxy.settings.memory_bridge_data_dir
     assert _files_holding(data_dir, KEPT) == []
+
+
+def test_a_deleted_sessions_unstored_requests_lose_their_traces(
+    mem0_proxy: Proxy, upstream: FakeUpstream
+) -> None:
+    """Long-term facts alone carry no lineage: a trace of the session's request that was never
+    stored is found by its end user and session."""
+    proxy = mem0_proxy
+    token_id, token = proxy.create_token(
+        **memory_fields(proxy.upstream_url, embed_body={"model": "bow-words"})
+    )
+    _say(proxy, token, f"My locker code is {MARKER}", "alice", "monday")
+    wait_until(lambda: _settled(proxy, token_id), what="the jobs")
+    upstream.enqueue(Scenario(status=500))
+    failed = httpx.post(
+        f"{proxy.url}/v1/chat/completions",
+        json={"model": "m", "messages": [{"role": "user", "content": "My locker code?"}]},
+        headers={
+            "Authorization": f"Bearer {token}",
+            "X-User-Id": "alice",
+            "X-Session-Id": "monday",
+        },
+        timeout=30,
+    )
+    assert failed.status_code == 500
+    wait_until(lambda: _traces_of(proxy, "monday") == 2, what="both of monday's traces")
+    gone = proxy.admin(
+        "DELETE", f"/tokens/{token_id}/sessions", params={"session": "monday", "user": "alice"}
+    )
+    assert gone.status_code == 204, gone.text
+    assert _traces_of(proxy, "monday") == 0
+    assert not any(_rows_holding(proxy, MARKER).values())

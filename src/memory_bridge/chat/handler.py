@@ -214,8 +214,10 @@ class ChatHandler:
         """Queued, written in a batch off the response's path: a trace never delays or fails
         a request."""
         if self._traces is not None:
-            # The end user: an erasure finds their traces by it (docs/admin-api.md).
+            # Whose: an erasure or a session's delete finds the traces by them, also of a
+            # request that was never stored (docs/admin-api.md).
             trace["user"] = turn.scope.user
+            trace["session"] = turn.scope.session
             self._traces.save(turn.scope.token_id, turn.request_id, trace)
 
     async def _audit_not_stored(self, turn: Turn, exc: Exception) -> None:

@@ -83,7 +83,7 @@ async def erase_user(
     """Erase `user` of `token_id` (the caller checked the token exists)."""
     started = time.monotonic()
     if traces is not None:
-        await traces.flush()  # a trace still queued would be written after the delete
+        await traces.settle()  # a trace still queued would be written after the delete
     shards = await runtime.vector_threads.run(lambda: runtime.vectors.shards(token_id))
     points, held = await _count_points(runtime, shards, user)
 

@@ -217,10 +217,12 @@ def erase_traces(
     request_ids: Iterable[str],
     event_ids: set[str],
     user: str | None = None,
+    session: str | None = None,
 ) -> int:
     """The traces of the requests the events came from, any other whose candidates were
     recalled from those events, and (`user`) every trace of that end user's requests, stored
-    or not (a trace records its end user; one written before it did is found the other ways)."""
+    or not (a trace records its end user; one written before it did is found the other ways);
+    with `session` too, only that session's."""
     of_token = context_traces.c.token_id == token_id
     erased = 0
     for chunk in chunks(sorted(request_ids)):
@@ -239,7 +241,7 @@ def erase_traces(
             .limit(_TRACE_PAGE)
         ).all()
         for row in page:
-            if _recalls(row.body, event_ids, user):
+            if _recalls(row.body, event_ids, user, session):
                 doomed.append(int(row.id))
         if len(page) < _TRACE_PAGE:
             break
@@ -251,13 +253,16 @@ def erase_traces(
     return erased
 
 
-def _recalls(body: str, event_ids: set[str], user: str | None = None) -> bool:
+def _recalls(
+    body: str, event_ids: set[str], user: str | None = None, session: str | None = None
+) -> bool:
     try:
         trace = json.loads(body)
         candidates = trace.get("candidates") or []
     except (ValueError, AttributeError):
         return False
-    if user is not None and trace.get("user") == user:
+    mine = user is not None and trace.get("user") == user
+    if mine and (session is None or trace.get("session") == session):
         return True
     for candidate in candidates:
         lineage = candidate.get("lineage") if isinstance(candidate, dict) else None

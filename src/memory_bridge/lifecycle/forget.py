@@ -9,8 +9,8 @@ A session (`delete_session`), in order:
 1. One write unit (SQLite's `secure_delete` on): the content-free `session.deleted` tombstone
    (its projection deletes the stored messages), the session's own events (`session.started`,
    `appended`, `compacted`: the text), their pending jobs (no worker indexes, extracts or sends
-   a deleted turn afterwards), and the context traces of its requests and of any request that
-   recalled one of its turns.
+   a deleted turn afterwards), and the context traces of its requests (stored or not) and of
+   any request that recalled one of its turns.
 2. A job of the session that was already running is waited for (at most
    `MEMORY_STORE_TIMEOUT`), so what it writes is swept by the next steps.
 3. The long-term facts the session's turns added (each is tagged with its turn's event id),
@@ -91,7 +91,7 @@ async def delete_session(
     """Delete one session of an end user everywhere; False when it holds nothing (no stored
     message, no event of a turn)."""
     if traces is not None:
-        await traces.flush()  # a trace still queued would be written after the delete
+        await traces.settle()  # a trace still queued would be written after the delete
 
     def first(conn: Connection) -> SessionRows:
         with erase_rows.secure_delete(conn):
@@ -108,7 +108,7 @@ async def delete_session(
     def last(conn: Connection) -> None:
         with erase_rows.secure_delete(conn):
             delete_fact_text(conn, token_id, user, facts, rows.event_ids)
-            erase_rows.erase_traces(conn, token_id, (), set(rows.event_ids))
+            erase_rows.erase_traces(conn, token_id, (), set(rows.event_ids), user, session)
 
     await runtime.db.write(last)
     await erase_rows.rewrite_files(runtime.db, runtime.engine)
@@ -162,7 +162,9 @@ def _delete_session_rows(
         conn.execute(delete(jobs).where(jobs.c.event_id.in_(chunk), jobs.c.status != queue.RUNNING))
     for chunk in erase_rows.chunks([int(r.id) for r in own]):
         conn.execute(delete(memory_events).where(memory_events.c.id.in_(chunk)))
-    out.traces = erase_rows.erase_traces(conn, token_id, request_ids, set(out.event_ids))
+    out.traces = erase_rows.erase_traces(
+        conn, token_id, request_ids, set(out.event_ids), user, session
+    )
     return out
 
 
@@ -275,7 +277,7 @@ async def delete_facts(
     if not gone:
         return
     if traces is not None:
-        await traces.flush()
+        await traces.settle()
     by_user: dict[str, list[str]] = {}
     for memory in gone:
         user = end_user(token_id, memory.namespace)

@@ -40,6 +40,7 @@ class Trace(BaseModel):
     user: str | None = Field(
         default=None, description='The end user the request was served as ("": none named).'
     )
+    session: str | None = Field(default=None, description="The request's session.")
 
 
 @router.get("/{request_id}", response_model=Trace, responses=error_responses(404))
