@@ -38,7 +38,7 @@ from sqlalchemy import Connection
 from memory_bridge.core.turn import Scope
 from memory_bridge.events import log as event_log
 from memory_bridge.lifecycle import erase_rows
-from memory_bridge.lifecycle.import_lines import sweep_stale
+from memory_bridge.lifecycle.import_staging import sweep_stale
 from memory_bridge.sources.services import MemoryServices
 from memory_bridge.storage.traces import TraceStore
 from memory_bridge.vectors.index import ShardKey, Where

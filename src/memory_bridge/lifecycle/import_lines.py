@@ -104,15 +104,13 @@ class ImportEvent:
         )
 
 
-STAGED_GLOB = "import-*.ndjson"
-
-
 @dataclass
 class Staged:
     """A validated import waiting in its file; `discard()` when done with it.
 
     The file holds the import's plaintext: it is locked (`flock`) for as long as it is in use,
-    so `sweep_stale` (at start-up, and by every erasure) removes only what a killed import left.
+    so `import_staging.sweep_stale` (at start-up, and by every erasure) removes only what a
+    killed import left.
     """
 
     path: Path
@@ -131,28 +129,6 @@ class Staged:
         if self.lock is not None:
             lock, self.lock = self.lock, None
             os.close(lock)
-
-
-def sweep_stale(directory: Path) -> int:
-    """Delete the staged imports no import is using (a killed one's); how many."""
-    if not directory.is_dir():
-        return 0
-    removed = 0
-    for path in directory.glob(STAGED_GLOB):
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            continue  # in use by an import of this or another process
-        else:
-            path.unlink(missing_ok=True)
-            removed += 1
-        finally:
-            os.close(fd)
-    return removed
 
 
 async def stage(chunks: AsyncIterator[bytes], directory: Path, bounds: ImportBounds) -> Staged:

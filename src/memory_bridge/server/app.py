@@ -26,7 +26,7 @@ from memory_bridge.http.edge import EdgeMiddleware
 from memory_bridge.http.errors import install_error_handlers
 from memory_bridge.http.services import Services, services_of
 from memory_bridge.jobs.wiring import create_worker
-from memory_bridge.lifecycle.import_lines import sweep_stale
+from memory_bridge.lifecycle.import_staging import sweep_stale
 from memory_bridge.settings import Settings
 from memory_bridge.sources.services import open_memory_services
 from memory_bridge.storage.health import StorageHealth
