@@ -18,6 +18,11 @@ Failure modes per endpoint: "401", "500", "timeout" (hang for `hang_seconds`, en
 the client goes away or `release()` is called, then answer normally), "invalid_json" (200 with a
 body that is not JSON), "wrong_shape" (200 with JSON that has no top-level `results` list).
 
+`remember_adds()` makes it stateful, as a real Gateway is: search then answers (when no results
+are scripted) from the turns added before, by scope — `current_chat` the turns whose session is
+`chat:<conversation_id>` of the same Gateway user/app/project, `all_user_memory` every turn of
+that Gateway user — newest first, at most `top_k`.
+
 State is plain lists and a `threading.Event`, so a test thread may inspect or script the fake
 while it serves from a LoopbackServer thread.
 """
@@ -78,6 +83,8 @@ class FakeGateway:
         self._failures: dict[str, FailureMode] = {}
         self._results: list[Any] = []
         self._unflushed: set[tuple[str, str, str, str]] = set()  # successful adds
+        self._stateful = False
+        self._stored: list[tuple[tuple[str, str, str, str], str]] = []  # (identity, text)
         self._release = threading.Event()
         self.app = Starlette(routes=[Route(p, self._handle, methods=["POST"]) for p in PATHS])
 
@@ -97,6 +104,10 @@ class FakeGateway:
         else:
             self._failures[path] = mode
 
+    def remember_adds(self) -> None:
+        """Answer searches from what was added (until `reset`)."""
+        self._stateful = True
+
     def release(self) -> None:
         """End every current and future "timeout" hang at once."""
         self._release.set()
@@ -107,6 +118,8 @@ class FakeGateway:
         self._failures.clear()
         self._results = []
         self._unflushed.clear()
+        self._stateful = False
+        self._stored.clear()
         self._release.clear()
 
     def payloads(self, path: str) -> list[Any]:
@@ -152,6 +165,8 @@ class FakeGateway:
 
         if path == ADD:
             self._unflushed.add(_identity(payload))
+            if self._stateful:
+                self._stored += [(_identity(payload), m["content"]) for m in payload["messages"]]
         elif path == FLUSH:
             self._unflushed.discard(_identity(payload))
         if mode == "invalid_json":
@@ -159,8 +174,21 @@ class FakeGateway:
         if mode == "wrong_shape":
             return JSONResponse({"data": self._results, "results": {"nested": True}})
         if path == SEARCH:
+            if self._stateful and not self._results:
+                return JSONResponse({"results": self._recalled(payload)})
             return JSONResponse({"results": self._results})
         return JSONResponse({"status": "ok"})
+
+    def _recalled(self, search: dict[str, Any]) -> list[dict[str, Any]]:
+        user = (str(search["user_id"]), str(search["app_id"]), str(search["project_id"]))
+        session = f"chat:{search['conversation_id']}"
+        everything = "all_user_memory" in search["scope"]
+        found = [
+            {"id": f"m{i}", "text": text, "session_id": who[3], "score": 0.5}
+            for i, (who, text) in enumerate(self._stored)
+            if who[:3] == user and (everything or who[3] == session)
+        ]
+        return found[::-1][: search["top_k"]]
 
     async def _hang(self, request: Request) -> bool:
         """Wait out `hang_seconds`; False as soon as the client has gone away."""

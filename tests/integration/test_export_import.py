@@ -208,3 +208,63 @@ def test_an_import_has_its_own_size_limit(
         assert not any(staging.iterdir())
     finally:
         server.stop()
+
+
+def test_an_import_obeys_the_bounds_of_the_api(
+    tmp_path: Path, upstream: FakeUpstream, upstream_server: tuple[FakeUpstream, str]
+) -> None:
+    """A curated document the admin PUT refuses (over CURATED_MAX_BYTES) is refused by an
+    import too, and changes nothing; a message over MAX_STORED_MESSAGE_BYTES is stored cut,
+    with the chat path's marker, as a chat turn's would be, and is injected only so."""
+    server, proxy = start_proxy(
+        tmp_path / "data", upstream_server[1], curated_max_bytes=1000, max_stored_message_bytes=2000
+    )
+    try:
+        token_id, token = proxy.create_token()
+        header = json.dumps({"format": "memory-bridge.export", "version": 1}) + "\n"
+        doc = "# Facts\n" + "The sky is blue. " * 100  # 1.7 kB
+        put = proxy.admin("PUT", f"/tokens/{token_id}/curated/memory", content=doc.encode())
+        assert put.status_code == 413
+        event = {
+            "event_id": "e1",
+            "type": "curated.replaced",
+            "payload": {"kind": "memory", "user": "", "body": doc},
+            "created_at": "2026-01-02T03:04:05+00:00",
+        }
+        refused = _import(proxy, token_id, header + json.dumps(event) + "\n")
+        assert refused.status_code == 413, refused.text
+        assert "Line 2" in refused.json()["error"]["message"]
+        assert proxy.admin("GET", f"/tokens/{token_id}/curated/memory").text == ""
+        assert not any((proxy.settings.memory_bridge_data_dir / "imports").iterdir())
+
+        huge = "word " * 200_000  # 1 MB
+        turn = {
+            "event_id": "e2",
+            "type": "session.appended",
+            "payload": {
+                "user": "ada",
+                "session": "s",
+                "messages": [{"role": "user", "content": huge}],
+                "query": huge,
+                "finish_reason": "stop",
+            },
+            "created_at": "2026-01-02T03:04:05+00:00",
+        }
+        done = _import(proxy, token_id, header + json.dumps(turn) + "\n")
+        assert done.status_code == 200, done.text
+        history = proxy.admin(
+            "GET", f"/tokens/{token_id}/sessions/messages", params={"session": "s", "user": "ada"}
+        ).json()["data"]
+        (stored,) = [h["message"]["content"] for h in history]
+        assert "[truncated by MemoryBridge: 2000 of 1000000 bytes kept" in stored
+        assert len(stored.encode()) < 2200
+        proxy.client(token).chat.completions.create(
+            model="m",
+            messages=[{"role": "user", "content": "next"}],
+            user="ada",
+            extra_headers={"X-Session-Id": "s"},
+        )
+        sent = json.dumps(upstream.proxied_requests[-1].json)
+        assert len(sent) < 10_000 and "truncated by MemoryBridge" in sent
+    finally:
+        server.stop()

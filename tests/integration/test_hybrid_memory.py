@@ -89,6 +89,7 @@ def test_search_payload_is_exactly_the_spec(
         appId="app-7",
         projectId="proj-9",
         scope=["current_chat", "all_user_memory"],
+        singleEndUser=True,
         topK=3,
         timeoutSeconds=5,
     )

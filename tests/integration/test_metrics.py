@@ -93,7 +93,7 @@ def test_metrics_match_the_requests_sent(scraped: Proxy, upstream: FakeUpstream)
     for secret in (MESSAGE, "4417", token, scraped.admin_token, SCRAPER):
         assert secret not in text
     routes = {dict(labels).get("route") for (name, labels) in after if name == requests}
-    assert routes <= {"chat", "responses", "responses_item", "admin", "metrics", "console"}
+    assert routes <= {"chat", "responses", "responses_item", "mcp", "admin", "metrics", "console"}
     assert "memorybridge_queue_depth" in text
 
 

@@ -22,7 +22,9 @@ from memory_bridge.sources.gateway_client import (
     GatewayError,
     GatewayHit,
     add,
+    conversation_id,
     flush,
+    gateway_session_id,
     render_reference,
     search,
 )
@@ -580,3 +582,18 @@ def _msg(payload: dict[str, Any], i: int, **changes: Any) -> dict[str, Any]:
 
 async def _record(sent: list[httpx.Request], request: httpx.Request) -> None:
     sent.append(request)
+
+
+def test_the_conversation_carries_the_end_user_as_well_as_the_session() -> None:
+    # No end user: the design's exact payload, the session itself.
+    assert conversation_id("", "sess-42") == "sess-42"
+    assert gateway_session_id(conversation_id("", "default") or "") == "chat:default"
+    alice, bob = conversation_id("alice", "default"), conversation_id("bob", "default")
+    assert alice == "mb-user:alice:default" and bob == "mb-user:bob:default"
+    # Injective: `:` and `%` in a user are escaped, so no two (user, session) pairs meet.
+    pairs = [("a:b", "c"), ("a", "b:c"), ("a%3Ab", "c"), ("a", "b"), ("", "b"), ("a", "")]
+    ids = [conversation_id(u, s) for u, s in pairs]
+    assert len(set(ids)) == len(ids)
+    # A session with no end user that looks like an end user's conversation gets none.
+    assert conversation_id("", "mb-user:alice:default") is None
+    assert conversation_id("bob", "mb-user:alice:default") == "mb-user:bob:mb-user:alice:default"

@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 
 from memory_bridge.lifecycle import import_lines
-from memory_bridge.lifecycle.import_lines import ImportRefused, stage
+from memory_bridge.lifecycle.import_lines import ImportBounds, ImportRefused, stage
 from memory_bridge.lifecycle.transfer import UnknownClass, parse_classes
 
+BOUNDS = ImportBounds(curated_max_bytes=65536, max_stored_message_bytes=65536)
 HEADER = {"format": "memory-bridge.export", "version": 1, "install": "x", "events": 2}
 TURN = {
     "event_id": "e1",
@@ -48,7 +49,7 @@ def _body(*lines: Any) -> str:
 
 
 async def test_a_valid_import_is_staged_normalised(tmp_path: Path) -> None:
-    staged = await stage(_chunks(_body(HEADER, TURN, "", DOC)), tmp_path)
+    staged = await stage(_chunks(_body(HEADER, TURN, "", DOC)), tmp_path, BOUNDS)
     events = list(staged.read())
     assert (staged.events, staged.counts) == (2, {"sessions": 1, "curated": 1})
     assert [e.origin for e in events] == ["e1", "e2"]
@@ -97,7 +98,7 @@ async def test_a_bad_line_refuses_the_import(
     tmp_path: Path, body: str, line: int, reason: str
 ) -> None:
     with pytest.raises(ImportRefused) as refused:
-        await stage(_chunks(body, 4096), tmp_path)
+        await stage(_chunks(body, 4096), tmp_path, BOUNDS)
     assert refused.value.status == 422 and refused.value.line == line
     assert refused.value.message.startswith(f"Line {line}: ") and reason in refused.value.message
     assert not list(tmp_path.iterdir())  # nothing staged is left
@@ -114,7 +115,7 @@ async def test_a_line_over_the_bound_is_refused_before_it_is_held(
             yield endless[i : i + 100].encode()
 
     with pytest.raises(ImportRefused) as refused:
-        await stage(chunks(), tmp_path)
+        await stage(chunks(), tmp_path, BOUNDS)
     assert refused.value.line == 2 and "longer than 1000 bytes" in refused.value.message
 
 
@@ -123,3 +124,35 @@ def test_content_classes_are_named_exactly() -> None:
     assert parse_classes("") == () and parse_classes(None) == ()
     with pytest.raises(UnknownClass, match="'secrets'"):
         parse_classes("curated,secrets")
+
+
+async def test_an_import_obeys_the_api_bounds(tmp_path: Path) -> None:
+    """A curated document over CURATED_MAX_BYTES refuses the import (413, as the admin PUT);
+    messages, the query and fact texts over MAX_STORED_MESSAGE_BYTES are cut with the chat
+    path's visible marker."""
+    tight = ImportBounds(curated_max_bytes=100, max_stored_message_bytes=64)
+    big_doc = {**DOC, "payload": {"kind": "memory", "user": "", "body": "x" * 101}}
+    with pytest.raises(ImportRefused) as refused:
+        await stage(_chunks(_body(HEADER, TURN, big_doc), 4096), tmp_path, tight)
+    assert refused.value.status == 413 and refused.value.line == 3
+    assert "100 bytes" in refused.value.message
+    assert not list(tmp_path.iterdir())
+    fits = {**DOC, "payload": {"kind": "memory", "user": "", "body": "é" * 50}}  # 100 bytes
+    long = "y" * 1000
+    turn = {**TURN, "payload": {**TURN["payload"], "query": long}}
+    turn["payload"]["messages"] = [{"role": "user", "content": long, "extra": "dropped"}]
+    fact = {
+        "event_id": "e3",
+        "type": "longterm.retained",
+        "payload": {"user": "ada", "memory_id": "m1", "text": long, "source_event_id": "e1"},
+        "created_at": "2026-01-02T03:04:05",
+    }
+    staged = await stage(_chunks(_body(HEADER, turn, fits, fact), 4096), tmp_path, tight)
+    stored_turn, doc, stored_fact = staged.read()
+    (message,) = stored_turn.payload["messages"]
+    for text in (message["content"], stored_turn.payload["query"], stored_fact.payload["text"]):
+        assert text.startswith("y" * 64) and "[truncated by MemoryBridge" in text
+        assert len(text) < 200
+    assert set(message) == {"role", "content"}
+    assert doc.payload["body"] == "é" * 50
+    staged.discard()

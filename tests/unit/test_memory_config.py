@@ -165,6 +165,7 @@ def test_camel_and_snake_case_parse_the_same() -> None:
         "userKey": KEY,
         "appId": "app",
         "projectId": "proj",
+        "singleEndUser": True,
         "scope": ["all_user_memory"],
         "topK": 3,
         "timeoutSeconds": 2.5,
@@ -175,6 +176,7 @@ def test_camel_and_snake_case_parse_the_same() -> None:
         "user_key": KEY,
         "app_id": "app",
         "project_id": "proj",
+        "single_end_user": True,
         "scope": ["all_user_memory"],
         "top_k": 3,
         "timeout_seconds": 2.5,
@@ -185,7 +187,8 @@ def test_camel_and_snake_case_parse_the_same() -> None:
         "userKey": KEY,
         "app_id": "app",
     }
-    mixed |= {"projectId": "proj", "scope": ["all_user_memory"], "top_k": 3, "timeoutSeconds": 2.5}
+    mixed |= {"projectId": "proj", "singleEndUser": True, "scope": ["all_user_memory"]}
+    mixed |= {"top_k": 3, "timeoutSeconds": 2.5}
     a, b, c = (parse_memory_config({"mode": "hybrid", "gateway": x}) for x in (camel, snake, mixed))
     assert a == b == c
     g = a.gateway
@@ -232,7 +235,7 @@ def test_config_is_frozen() -> None:
     ],
 )
 def test_scope_accepts_non_empty_subsets(scope: list[str]) -> None:
-    g = parse_memory_config({"gateway": gw(scope=scope)}).gateway
+    g = parse_memory_config({"gateway": gw(scope=scope, singleEndUser=True)}).gateway
     assert g is not None
     assert g.scope == tuple(scope)
 
@@ -359,3 +362,22 @@ def test_configs_with_different_keys_differ() -> None:
     a = GatewayConfig(base_url="http://h", user_id="u", user_key=pydantic.SecretStr("k1"))
     b = GatewayConfig(base_url="http://h", user_id="u", user_key=pydantic.SecretStr("k2"))
     assert a != b
+
+
+def test_all_user_memory_needs_a_token_that_serves_one_end_user() -> None:
+    """The whole Gateway user's memory is every end user's of the token: refused unless the
+    operator states the token serves one end user."""
+    for scope in (["all_user_memory"], ["current_chat", "all_user_memory"]):
+        with pytest.raises(TokenConfigError) as refused:
+            parse_memory_config({"gateway": gw(scope=scope)})
+        assert refused.value.field == "memory.gateway.scope"
+        assert "singleEndUser" in str(refused.value)
+        with pytest.raises(TokenConfigError):
+            parse_memory_config({"gateway": gw(scope=scope, singleEndUser=False)})
+        g = parse_memory_config({"gateway": gw(scope=scope, singleEndUser=True)}).gateway
+        assert g is not None and g.single_end_user
+    with pytest.raises(TokenConfigError) as refused:
+        parse_memory_config({"gateway": gw(singleEndUser="yes")})
+    assert refused.value.field == "memory.gateway.singleEndUser"
+    g = parse_memory_config({"gateway": gw()}).gateway
+    assert g is not None and not g.single_end_user

@@ -290,6 +290,10 @@ class ChatHandler:
         """Queued, written in a batch off the response's path: a trace never delays or fails
         a request."""
         if self._traces is not None:
+            # Whose: an erasure or a session's delete finds the traces by them, also of a
+            # request that was never stored (docs/admin-api.md).
+            trace["user"] = turn.scope.user
+            trace["session"] = turn.scope.session
             self._traces.save(turn.scope.token_id, turn.request_id, trace)
 
     async def _audit_not_stored(self, turn: Turn, exc: Exception) -> None:
@@ -315,10 +319,11 @@ def _whole(
 def _scope(token_id: int, body: dict[str, Any], headers: Mapping[str, str]) -> Scope:
     user = body.get("user")
     if user is None:
-        user = headers.get("x-user-id", TOKEN_WIDE_USER)
+        user = _utf8(headers.get("x-user-id", TOKEN_WIDE_USER), "X-User-Id")
     elif not isinstance(user, str):
         raise invalid_request("'user' must be a string.")
-    session = headers.get("x-session-id", DEFAULT_SESSION) or DEFAULT_SESSION
+    session = _utf8(headers.get("x-session-id", DEFAULT_SESSION), "X-Session-Id")
+    session = session or DEFAULT_SESSION
     for label, value in (("user", user), ("X-Session-Id", session)):
         if len(value) > _MAX_ID or not value.isprintable():
             raise invalid_request(f"{label} must be at most {_MAX_ID} printable characters.")
@@ -337,6 +342,20 @@ def _count_injected(recalls: list[Recall], trace: dict[str, Any]) -> None:
         items, tokens = per_source.get(block["source"], (0, 0))
         per_source[block["source"]] = (items + block.get("messages", 1), tokens + block["tokens"])
     metrics.injected(per_source)
+
+
+def _utf8(value: str, label: str) -> str:
+    """A header's text as UTF-8, like the body's `user` (the server hands header bytes over as
+    latin-1): `X-User-Id: jürgen` is the end user "jürgen"; bytes that are not UTF-8 are a 400,
+    never a second spelling of someone."""
+    try:
+        raw = value.encode("latin-1")
+    except UnicodeEncodeError:  # already text beyond latin-1: not from the wire
+        return value
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise invalid_request(f"{label} must be UTF-8 text.", 400) from None
 
 
 def _diagnostics(recalls: list[Recall], started: float) -> list[tuple[bytes, bytes]]:

@@ -10,7 +10,7 @@ import httpx
 
 from memory_bridge.core.errors import ProxyError, invalid_request
 from memory_bridge.events.curated import Kind
-from memory_bridge.events.session_index import SessionIndex
+from memory_bridge.lifecycle import forget
 from memory_bridge.lifecycle import tokens as token_admin
 from memory_bridge.settings import Settings
 from memory_bridge.sources.services import MemoryServices, open_memory_services
@@ -78,9 +78,7 @@ class LocalAdmin:
         document = await self._document(token_id, kind, user)
         meta = {"source": "admin"}
         try:
-            found = await SessionIndex(self.runtime.db).delete_curated(
-                token_id, document, user, meta
-            )
+            found = await forget.delete_curated(self.runtime, token_id, document, user, meta)
         finally:
             self.runtime.curated.forget(token_id)
         if not found:

@@ -117,13 +117,17 @@ class _Local:
         return lines
 
     async def import_(self, token_id: int, file: str) -> dict[str, Any]:
-        from memory_bridge.lifecycle.import_lines import stage
+        from memory_bridge.lifecycle.import_lines import ImportBounds, stage
         from memory_bridge.lifecycle.importer import import_staged
 
         runtime = self._runtime
         if await runtime.tokens.get(token_id) is None:
             raise CliError(f"No token with id {token_id}.")
-        staged = await stage(_chunks(file), runtime.settings.memory_bridge_data_dir / "imports")
+        staged = await stage(
+            _chunks(file),
+            runtime.settings.memory_bridge_data_dir / "imports",
+            ImportBounds.of(runtime.settings),
+        )
         try:
             return (await import_staged(runtime, token_id, staged)).as_json()
         finally:

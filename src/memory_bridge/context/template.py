@@ -17,9 +17,19 @@ class MemoryTemplate:
     text: str
 
     def render(self, memories: tuple[str, ...]) -> str:
-        listing = "\n".join(f"- {m.strip()}" for m in memories if m.strip())
+        # Each recalled item on one line, its whitespace (every line break Python knows,
+        # U+2028 and NEL included) collapsed: stored text is what users said, and with its
+        # newlines it could fake the block's heading, another item, or the end of the block
+        # and instructions after it. The Gateway reference is rendered the same way.
+        items = (one_line(m) for m in memories)
+        listing = "\n".join(f"- {m}" for m in items if m)
         # str.replace, not str.format: templates may contain other braces.
         return self.text.replace(PLACEHOLDER, listing).strip()
+
+
+def one_line(text: str) -> str:
+    """`text` with every run of whitespace, line breaks included, made one space."""
+    return " ".join(text.split())
 
 
 def load_template(path: Path) -> MemoryTemplate:

@@ -1,10 +1,8 @@
-"""What the admin API lists and deletes of a token's conversations: its end users, their
-sessions (message counts, last activity), one session's stored history page by page, and the
-deletion of one session or one curated document.
+"""What the admin API lists of a token's conversations: its end users, their sessions
+(message counts, last activity), one session's stored history page by page.
 
-Reads go to the projections (`messages`, `curated`); deletions are events (`session.deleted`,
-`curated.deleted`) appended in one write unit with the projection they imply, like every other
-memory write (docs/events.md). A deletion that finds nothing appends nothing.
+Reads go to the projection (`messages`); deleting a session or a curated document deletes it
+everywhere at once (`lifecycle.forget`).
 """
 
 from __future__ import annotations
@@ -16,15 +14,8 @@ from typing import Any
 
 from sqlalchemy import Connection, func, select
 
-from memory_bridge.events import log
-from memory_bridge.events.model import (
-    EventType,
-    NewEvent,
-    curated_aggregate,
-    session_aggregate,
-)
 from memory_bridge.storage.db import Database
-from memory_bridge.storage.tables import curated, messages
+from memory_bridge.storage.tables import messages
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,50 +124,3 @@ class SessionIndex:
             ]
 
         return await self._db.run(read)
-
-    async def delete_session(
-        self, token_id: int, user: str, session: str, meta: dict[str, Any]
-    ) -> bool:
-        """Append `session.deleted` (its projection deletes the stored messages); False when
-        the session holds no message."""
-        where = (
-            messages.c.token_id == token_id,
-            messages.c.user_id == user,
-            messages.c.session_id == session,
-        )
-        event = NewEvent(
-            EventType.SESSION_DELETED,
-            session_aggregate(token_id, user, session),
-            {"user": user, "session": session},
-            meta,
-        )
-
-        def work(conn: Connection) -> bool:
-            found = conn.execute(select(messages.c.id).where(*where).limit(1)).first()
-            if found is None:
-                return False
-            log.append(conn, token_id, [event])
-            return True
-
-        return await log.write_appending(self._db, work)
-
-    async def delete_curated(
-        self, token_id: int, kind: str, user: str, meta: dict[str, Any]
-    ) -> bool:
-        """Append `curated.deleted` (its projection deletes the document); False when there
-        is no such document. The caller drops the token's cached snapshots."""
-        where = (curated.c.token_id == token_id, curated.c.kind == kind, curated.c.user_id == user)
-        event = NewEvent(
-            EventType.CURATED_DELETED,
-            curated_aggregate(token_id, kind, user),
-            {"kind": kind, "user": user},
-            meta,
-        )
-
-        def work(conn: Connection) -> bool:
-            if conn.execute(select(curated.c.kind).where(*where)).first() is None:
-                return False
-            log.append(conn, token_id, [event])
-            return True
-
-        return await log.write_appending(self._db, work)

@@ -33,8 +33,10 @@ log = logging.getLogger(__name__)
 access_log = logging.getLogger("memory_bridge.access")
 OPEN_PATHS = frozenset({"/health"})
 # The admin API's own reference, and the metrics: served to the admin token only (the metrics
-# also to METRICS_TOKEN).
+# also to METRICS_TOKEN; everything below `/docs/` too: a service token learns nothing of the
+# admin API there).
 ADMIN_DOC_PATHS = frozenset({"/docs", "/openapi.json", "/metrics"})
+ADMIN_DOC_PREFIX = "/docs/"
 METRICS_PATH = "/metrics"
 ADMIN_PREFIX = "/v1/admin"
 # The console signs in with a form and a session cookie: it checks its own requests
@@ -66,7 +68,12 @@ class Denied(Exception):
 
 
 def needs_admin(path: str) -> bool:
-    return path in ADMIN_DOC_PATHS or path == ADMIN_PREFIX or path.startswith(ADMIN_PREFIX + "/")
+    return (
+        path in ADMIN_DOC_PATHS
+        or path.startswith(ADMIN_DOC_PREFIX)
+        or path == ADMIN_PREFIX
+        or path.startswith(ADMIN_PREFIX + "/")
+    )
 
 
 class EdgeMiddleware:
@@ -143,6 +150,8 @@ def route_of(path: str) -> str:
         return "responses"
     if path.startswith(responses_routes.PREFIX):
         return "responses_item"
+    if path == mcp_server.PATH:
+        return "mcp"
     if needs_admin(path):
         return "metrics" if path == METRICS_PATH else "admin"
     if is_console(path):

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Connection, delete, func, select
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from memory_bridge.events import log as event_log
 from memory_bridge.events import queue
@@ -34,6 +35,7 @@ from memory_bridge.events.model import (
     session_aggregate,
     user_aggregate,
 )
+from memory_bridge.storage.db import Database
 from memory_bridge.storage.tables import context_traces, curated, events, jobs, memory_events
 from memory_bridge.storage.tables import messages as message_rows
 
@@ -80,7 +82,7 @@ class RowsErased:
 
 def erase_rows(conn: Connection, token_id: int, user: str) -> RowsErased:
     """Delete the user's rows (one write unit)."""
-    with _secure_delete(conn):
+    with secure_delete(conn):
         return _erase(conn, token_id, user)
 
 
@@ -94,7 +96,7 @@ def erase_rows_and_close(
     """The last pass (one write unit): delete whatever of the user's rows appeared since the
     first (the long-term layer's own `longterm.deleted` events, a late job's), then append
     the tombstone with the counts of the whole erasure if it removed anything at all."""
-    with _secure_delete(conn):
+    with secure_delete(conn):
         found = _erase(conn, token_id, user)
     counts = dict(earlier)
     for name, value in counts_of(found).items():
@@ -111,7 +113,7 @@ def erase_rows_and_close(
 
 
 @contextmanager
-def _secure_delete(conn: Connection) -> Iterator[None]:
+def secure_delete(conn: Connection) -> Iterator[None]:
     """SQLite zeroes what this transaction frees instead of leaving it in free space."""
     sqlite = conn.dialect.name == "sqlite"
     if sqlite:
@@ -148,7 +150,7 @@ def _erase(conn: Connection, token_id: int, user: str) -> RowsErased:
     out.curated = conn.execute(
         delete(curated).where(curated.c.token_id == token_id, curated.c.user_id == user)
     ).rowcount
-    for chunk in _chunks(event_ids):
+    for chunk in chunks(event_ids):
         running = conn.execute(
             select(jobs.c.id).where(jobs.c.event_id.in_(chunk), jobs.c.status == queue.RUNNING)
         )
@@ -156,9 +158,9 @@ def _erase(conn: Connection, token_id: int, user: str) -> RowsErased:
         out.jobs += conn.execute(
             delete(jobs).where(jobs.c.event_id.in_(chunk), jobs.c.status != queue.RUNNING)
         ).rowcount
-    for chunk in _chunks(ids):
+    for chunk in chunks(ids):
         conn.execute(delete(memory_events).where(memory_events.c.id.in_(chunk)))
-    out.traces = erase_traces(conn, token_id, request_ids, set(event_ids))
+    out.traces = erase_traces(conn, token_id, request_ids, set(event_ids), user)
     out.audit = conn.execute(
         delete(events).where(
             events.c.token_id == token_id,
@@ -212,17 +214,24 @@ def _user_events(
 
 
 def erase_traces(
-    conn: Connection, token_id: int, request_ids: Iterable[str], event_ids: set[str]
+    conn: Connection,
+    token_id: int,
+    request_ids: Iterable[str],
+    event_ids: set[str],
+    user: str | None = None,
+    session: str | None = None,
 ) -> int:
-    """Traces don't record the end user: the user's are those of the requests their events
-    came from, and any other whose candidates were recalled from those events."""
+    """The traces of the requests the events came from, any other whose candidates were
+    recalled from those events, and (`user`) every trace of that end user's requests, stored
+    or not (a trace records its end user; one written before it did is found the other ways);
+    with `session` too, only that session's."""
     of_token = context_traces.c.token_id == token_id
     erased = 0
-    for chunk in _chunks(sorted(request_ids)):
+    for chunk in chunks(sorted(request_ids)):
         erased += conn.execute(
             delete(context_traces).where(of_token, context_traces.c.request_id.in_(chunk))
         ).rowcount
-    if not event_ids:
+    if not event_ids and user is None:
         return erased
     doomed: list[int] = []
     after = 0
@@ -234,23 +243,29 @@ def erase_traces(
             .limit(_TRACE_PAGE)
         ).all()
         for row in page:
-            if _recalls(row.body, event_ids):
+            if _recalls(row.body, event_ids, user, session):
                 doomed.append(int(row.id))
         if len(page) < _TRACE_PAGE:
             break
         after = int(page[-1].id)
-    for chunk in _chunks(doomed):
+    for chunk in chunks(doomed):
         erased += conn.execute(
             delete(context_traces).where(context_traces.c.id.in_(chunk))
         ).rowcount
     return erased
 
 
-def _recalls(body: str, event_ids: set[str]) -> bool:
+def _recalls(
+    body: str, event_ids: set[str], user: str | None = None, session: str | None = None
+) -> bool:
     try:
-        candidates = json.loads(body).get("candidates") or []
+        trace = json.loads(body)
+        candidates = trace.get("candidates") or []
     except (ValueError, AttributeError):
         return False
+    mine = user is not None and trace.get("user") == user
+    if mine and (session is None or trace.get("session") == session):
+        return True
     for candidate in candidates:
         lineage = candidate.get("lineage") if isinstance(candidate, dict) else None
         if isinstance(lineage, dict) and lineage.get("event_id") in event_ids:
@@ -267,15 +282,36 @@ def running(conn: Connection, job_ids: Sequence[int]) -> int:
             ).scalar()
             or 0
         )
-        for chunk in _chunks(job_ids)
+        for chunk in chunks(job_ids)
     )
 
 
 def drop_jobs(conn: Connection, job_ids: Sequence[int]) -> int:
     return sum(
-        conn.execute(delete(jobs).where(jobs.c.id.in_(chunk))).rowcount
-        for chunk in _chunks(job_ids)
+        conn.execute(delete(jobs).where(jobs.c.id.in_(chunk))).rowcount for chunk in chunks(job_ids)
     )
+
+
+# The tables an erasure (or a delete) removes rows of: rewritten on PostgreSQL.
+_REWRITTEN = (memory_events, message_rows, curated, jobs, context_traces, events)
+
+
+async def rewrite_files(db: Database, engine: AsyncEngine) -> str:
+    """Make the deleted rows leave the database's files; what was done (for the receipt).
+
+    SQLite (rows deleted with `secure_delete`): the WAL checkpointed and truncated. PostgreSQL:
+    `VACUUM FULL` of every table rows were deleted from, which writes each anew without them (a
+    plain VACUUM only marks their space reusable, the text stays in the file); it holds an
+    exclusive lock on each table while it copies it. The WAL keeps the old rows until its
+    segments are recycled (docs/operations.md)."""
+    if engine.dialect.name != "postgresql":
+        await db.run(checkpoint)
+        return "sqlite: secure_delete, WAL checkpointed and truncated"
+    async with engine.connect() as conn:
+        auto = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        for table in _REWRITTEN:
+            await auto.exec_driver_sql(f"VACUUM FULL {table.name}")
+    return "postgresql: VACUUM FULL " + ", ".join(t.name for t in _REWRITTEN)
 
 
 def checkpoint(conn: Connection) -> None:
@@ -288,6 +324,6 @@ def checkpoint(conn: Connection) -> None:
         log.warning("erasure: the WAL could not be truncated now (readers); it will be later")
 
 
-def _chunks(values: Sequence[Any]) -> Iterator[Sequence[Any]]:
+def chunks(values: Sequence[Any]) -> Iterator[Sequence[Any]]:
     for start in range(0, len(values), _CHUNK):
         yield values[start : start + _CHUNK]

@@ -31,6 +31,7 @@ from memory_bridge.events.model import (
     session_aggregate,
 )
 from memory_bridge.lifecycle import erase_rows
+from memory_bridge.lifecycle.forget import delete_facts
 from memory_bridge.sources.services import MemoryServices
 from memory_bridge.storage.tables import jobs, memory_events, tokens
 from memory_bridge.tenancy.config import TokenConfig
@@ -185,7 +186,11 @@ class ExplicitMemory:
     async def _unindex(self, scope: Scope, config: TokenConfig, fact_id: str) -> None:
         runtime = self._runtime
         if runtime.longterm.consumes(config):
-            await runtime.longterm.delete_written(scope.token_id, config, scope.user, fact_id)
+            gone = await runtime.longterm.delete_written(
+                scope.token_id, config, scope.user, fact_id
+            )
+            # As an admin delete: the log's text of the facts goes, and the shards are compacted.
+            await delete_facts(runtime, scope.token_id, config, gone)
         if runtime.episodic is not None:
             await runtime.episodic.forget(scope.token_id, config, fact_id, 1)
 

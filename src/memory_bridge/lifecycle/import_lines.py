@@ -1,7 +1,12 @@
 """Reading an import: NDJSON lines validated one by one and staged in a private file.
 
 Nothing of an import reaches the database before every line of it is read and found valid: a
-bad line refuses the whole import (422 naming the line) and the staged file is deleted. The
+bad line refuses the whole import (422 naming the line) and the staged file is deleted. An
+import obeys the bounds of the API (`ImportBounds`): a curated document larger than
+`CURATED_MAX_BYTES` refuses it (413, as the admin PUT answers), and stored messages, the memory
+query and long-term fact texts are cut to `MAX_STORED_MESSAGE_BYTES` with the chat path's
+visible marker, as a chat turn's are; a turn's messages are bounded by its line, which is
+shorter than the largest chat request. The
 body is split into lines as it arrives, each line bounded (`MAX_LINE_BYTES`), and parsed and
 written off the event loop a batch at a time, so neither the body nor a line is ever held
 whole beyond its bound.
@@ -10,6 +15,7 @@ whole beyond its bound.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import os
 import uuid
@@ -22,9 +28,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from memory_bridge.core.errors import ProxyError
+from memory_bridge.core.message_bounds import bounded, truncate
 from memory_bridge.core.messages import Message
 from memory_bridge.events.model import EventType
 from memory_bridge.lifecycle.transfer import CLASS_OF, FORMAT, VERSION
+from memory_bridge.settings import Settings
+from memory_bridge.storage.sessions import stored_form
 from memory_bridge.tenancy.private_files import private_dir
 
 MAX_LINE_BYTES = 16 * 1024 * 1024
@@ -35,9 +44,25 @@ _KINDS = ("memory", "user")
 
 
 class ImportRefused(ProxyError):
-    def __init__(self, line: int, reason: str) -> None:
-        super().__init__(422, "invalid_request_error", f"Line {line}: {reason}")
+    def __init__(self, line: int, reason: str, status: int = 422) -> None:
+        super().__init__(status, "invalid_request_error", f"Line {line}: {reason}")
         self.line = line
+
+
+class _TooLarge(ValueError):
+    """A value over one of the API's size bounds: the import is refused with 413."""
+
+
+@dataclass(frozen=True, slots=True)
+class ImportBounds:
+    """The API's bounds an import obeys (the install's settings)."""
+
+    curated_max_bytes: int
+    max_stored_message_bytes: int
+
+    @classmethod
+    def of(cls, settings: Settings) -> ImportBounds:
+        return cls(settings.curated_max_bytes, settings.max_stored_message_bytes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,12 +106,18 @@ class ImportEvent:
 
 @dataclass
 class Staged:
-    """A validated import waiting in its file; `discard()` when done with it."""
+    """A validated import waiting in its file; `discard()` when done with it.
+
+    The file holds the import's plaintext: it is locked (`flock`) for as long as it is in use,
+    so `import_staging.sweep_stale` (at start-up, and by every erasure) removes only what a
+    killed import left.
+    """
 
     path: Path
     header: dict[str, Any] = field(default_factory=dict)
     events: int = 0
     counts: dict[str, int] = field(default_factory=dict)
+    lock: int | None = None  # a descriptor holding the file's lock until `discard`
 
     def read(self) -> Iterator[ImportEvent]:
         with self.path.open(encoding="utf-8") as fh:
@@ -95,21 +126,27 @@ class Staged:
 
     def discard(self) -> None:
         self.path.unlink(missing_ok=True)
+        if self.lock is not None:
+            lock, self.lock = self.lock, None
+            os.close(lock)
 
 
-async def stage(chunks: AsyncIterator[bytes], directory: Path) -> Staged:
+async def stage(chunks: AsyncIterator[bytes], directory: Path, bounds: ImportBounds) -> Staged:
     """Read an import body into a staged file, or raise `ImportRefused` (nothing kept)."""
     private_dir(directory)
     path = directory / f"import-{uuid.uuid4().hex}.ndjson"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    staged = Staged(path)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    # The lock belongs to the open file, which this duplicate keeps open after the writer
+    # below is closed.
+    staged = Staged(path, lock=os.dup(fd))
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             reader = _Lines()
             async for chunk in chunks:
                 for batch in reader.feed(chunk):
-                    await asyncio.to_thread(_check_batch, batch, staged, out)
-            await asyncio.to_thread(_check_batch, reader.end(), staged, out)
+                    await asyncio.to_thread(_check_batch, batch, staged, out, bounds)
+            await asyncio.to_thread(_check_batch, reader.end(), staged, out, bounds)
         if not staged.header:
             raise ImportRefused(1, "the import is empty; its first line must be the header.")
     except BaseException:
@@ -157,7 +194,9 @@ class _Lines:
         return batch
 
 
-def _check_batch(batch: list[tuple[int, bytes]], staged: Staged, out: Any) -> None:
+def _check_batch(
+    batch: list[tuple[int, bytes]], staged: Staged, out: Any, bounds: ImportBounds
+) -> None:
     for number, raw in batch:
         if not raw.strip():
             continue
@@ -165,7 +204,7 @@ def _check_batch(batch: list[tuple[int, bytes]], staged: Staged, out: Any) -> No
         if not staged.header:
             staged.header = _header(number, value)
             continue
-        event = _event(number, value)
+        event = _event(number, value, bounds)
         out.write(event.dump() + "\n")
         staged.events += 1
         name = CLASS_OF[event.type]
@@ -216,9 +255,11 @@ def _header(number: int, value: dict[str, Any]) -> dict[str, Any]:
     return value
 
 
-def _event(number: int, value: dict[str, Any]) -> ImportEvent:
+def _event(number: int, value: dict[str, Any], bounds: ImportBounds) -> ImportEvent:
     try:
-        return _validated(value)
+        return _validated(value, bounds)
+    except _TooLarge as exc:
+        raise ImportRefused(number, f"{exc.args[0]}.", 413) from None
     except (ValueError, TypeError, KeyError, ValidationError) as exc:
         reason = exc.args[0] if isinstance(exc, ValueError | TypeError) and exc.args else ""
         if isinstance(exc, KeyError):
@@ -228,7 +269,7 @@ def _event(number: int, value: dict[str, Any]) -> ImportEvent:
         raise ImportRefused(number, f"{reason or 'not a valid event'}.") from None
 
 
-def _validated(value: dict[str, Any]) -> ImportEvent:
+def _validated(value: dict[str, Any], bounds: ImportBounds) -> ImportEvent:
     kind = value["type"]
     if kind not in CLASS_OF:
         raise ValueError(f"unknown or not importable event type {str(kind)[:40]!r}")
@@ -248,23 +289,26 @@ def _validated(value: dict[str, Any]) -> ImportEvent:
     return ImportEvent(
         origin=origin,
         type=kind,
-        payload=_payload(kind, payload),
+        payload=_payload(kind, payload, bounds),
         meta=_meta(meta),
         embed_model=embed_model,
         created_at=_time(value["created_at"]),
     )
 
 
-def _payload(kind: str, data: dict[str, Any]) -> dict[str, Any]:
+def _payload(kind: str, data: dict[str, Any], bounds: ImportBounds) -> dict[str, Any]:
     user = _label(data, "user")
+    limit = bounds.max_stored_message_bytes
     if kind.startswith("session."):
         out: dict[str, Any] = {"user": user, "session": _label(data, "session")}
         if kind == EventType.SESSION_APPENDED:
             messages = data["messages"]
             if not isinstance(messages, list):
                 raise ValueError("'messages' must be a list")
-            out["messages"] = [Message.model_validate(m).to_dict() for m in messages]
-            out["query"] = _string(data, "query", MAX_LINE_BYTES, default="")
+            out["messages"] = [
+                stored_form(bounded(Message.model_validate(m), limit)) for m in messages
+            ]
+            out["query"] = truncate(_string(data, "query", MAX_LINE_BYTES, default=""), limit)
             finish = data.get("finish_reason")
             out["finish_reason"] = None if finish is None else _string(data, "finish_reason", 40)
         return out
@@ -276,7 +320,12 @@ def _payload(kind: str, data: dict[str, Any]) -> dict[str, Any]:
             raise ValueError("MEMORY.md is token-wide: its 'user' must be empty")
         out = {"kind": doc, "user": user}
         if kind == EventType.CURATED_REPLACED:
-            out["body"] = _string(data, "body", MAX_LINE_BYTES)
+            out["body"] = body = _string(data, "body", MAX_LINE_BYTES)
+            if len(body.encode("utf-8")) > bounds.curated_max_bytes:
+                raise _TooLarge(
+                    f"curated documents are limited to {bounds.curated_max_bytes} bytes "
+                    "(CURATED_MAX_BYTES)"
+                )
         return out
     # longterm.*
     out = {
@@ -287,7 +336,7 @@ def _payload(kind: str, data: dict[str, Any]) -> dict[str, Any]:
     if kind == EventType.LONGTERM_DELETED:
         out["reason"] = _string(data, "reason", MAX_LABEL, default="")
     else:
-        out["text"] = _string(data, "text", MAX_LINE_BYTES)
+        out["text"] = truncate(_string(data, "text", MAX_LINE_BYTES), limit)
     return out
 
 

@@ -10,27 +10,42 @@ that was in flight.
 3. The last sweep: a turn that committed between step 1 and step 2 (a stream still being
    answered) left rows; they are deleted now, in one transaction, and the vector layers are
    purged once more for a job of it that may have run meanwhile.
+
+A token deleted without `purge` keeps its data (ids are never reused, so nothing reaches it);
+a purge of it afterwards (`DELETE /tokens/{id}?purge=true` again) finds the row gone and
+purges what is left of it, 404 only when nothing is.
 """
 
 from __future__ import annotations
 
 import logging
 
-from sqlalchemy import Connection, delete
+from sqlalchemy import Connection, delete, select
 
 from memory_bridge.events import log as event_log
+from memory_bridge.lifecycle import erase_rows
+from memory_bridge.sources.longterm.config import history_path
 from memory_bridge.sources.services import MemoryServices
 from memory_bridge.storage import response_owners
-from memory_bridge.storage.tables import context_traces, curated, events, messages
+from memory_bridge.storage.tables import (
+    context_traces,
+    curated,
+    events,
+    jobs,
+    memory_events,
+    messages,
+    vector_generations,
+)
 from memory_bridge.storage.traces import TraceStore
 
 log = logging.getLogger(__name__)
 
 
 async def purge_token(runtime: MemoryServices, token_id: int, traces: TraceStore | None) -> bool:
-    """Purge then delete the token; False (nothing done) when there is no such token."""
+    """Purge then delete the token (or what is left of one deleted without purge); False
+    (nothing done) when there is no such token and nothing of one."""
     if await runtime.tokens.get(token_id) is None:
-        return False
+        return await _purge_remains(runtime, token_id, traces)
     await _purge_layers(runtime, token_id, traces)
     if not await runtime.tokens.delete(token_id):
         return False  # deleted meanwhile by another call, which did or does the same
@@ -48,6 +63,33 @@ async def purge_token(runtime: MemoryServices, token_id: int, traces: TraceStore
             "token %d: last sweep of its memory layers failed: %s", token_id, type(exc).__name__
         )
     return True
+
+
+async def _purge_remains(runtime: MemoryServices, token_id: int, traces: TraceStore | None) -> bool:
+    if not await _has_remains(runtime, token_id):
+        return False
+    await _purge_layers(runtime, token_id, traces)
+    await runtime.db.write(lambda conn: _late_rows(conn, token_id))
+    runtime.curated.forget(token_id)
+    await erase_rows.rewrite_files(runtime.db, runtime.engine)
+    log.info("token %d: what its deletion left was purged", token_id)
+    return True
+
+
+async def _has_remains(runtime: MemoryServices, token_id: int) -> bool:
+    def rows(conn: Connection) -> bool:
+        tables = (memory_events, jobs, messages, curated, events, context_traces)
+        return any(
+            conn.execute(select(t.c.token_id).where(t.c.token_id == token_id).limit(1)).first()
+            for t in (*tables, vector_generations)
+        )
+
+    if await runtime.db.run(rows):
+        return True
+    if await runtime.vector_threads.run(lambda: runtime.vectors.shards(token_id)):
+        return True
+    history = history_path(runtime.longterm.pool.mem0_dir, token_id)
+    return any(history.parent.glob(history.name + "*"))
 
 
 async def _purge_layers(runtime: MemoryServices, token_id: int, traces: TraceStore | None) -> None:

@@ -325,7 +325,16 @@ class Rebuilder:
         except (KeyError, TypeError, ValueError):
             return 0  # an event whose content was erased: nothing to index
         index = await self._open(stored.token_id, target)
-        await self._runtime.vector_threads.run(lambda: index.delete_where(where))
+
+        def forget() -> None:
+            # Compacted too: a page this rebuild read before an erasure (or a session's
+            # delete) took the events away may have indexed them after the erasure's sweep;
+            # the tombstone comes after them in the log, and the files must not keep them.
+            if index.count(where):
+                index.delete_where(where)
+                index.compact()
+
+        await self._runtime.vector_threads.run(forget)
         return 0
 
     async def _open(self, token_id: int, target: ShardTarget) -> Any:

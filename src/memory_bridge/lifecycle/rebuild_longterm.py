@@ -103,6 +103,8 @@ def apply(memory: Any, token_id: int, changes: Changes) -> int:
     store = memory.vector_store
     for user in erased:
         store.index.delete_where(Where(user=user, kind=(MEMORY_KIND, ENTITY_KIND)))
+    if erased:
+        store.index.compact()  # the erased payloads leave the new generation's files too
     gone = [memory_id for memory_id, fact in facts.items() if fact is None]
     if gone:
         store.index.delete(gone)

@@ -27,6 +27,7 @@ from memory_bridge.http.errors import install_error_handlers
 from memory_bridge.http.mcp.server import create_session_manager
 from memory_bridge.http.services import Services, services_of
 from memory_bridge.jobs.wiring import create_worker
+from memory_bridge.lifecycle.import_staging import sweep_stale
 from memory_bridge.settings import Settings
 from memory_bridge.sources.services import open_memory_services
 from memory_bridge.storage.console_sessions import ConsoleSessions
@@ -67,6 +68,10 @@ async def running_services(settings: Settings) -> AsyncIterator[Services]:
     chat handler and (in `serve`) the in-process job worker; closed in reverse order."""
     templates = load_templates(settings)
     memory = await open_memory_services(settings)
+    # A killed import's staged file holds its plaintext: gone before anything is served.
+    stale = sweep_stale(settings.memory_bridge_data_dir / "imports")
+    if stale:
+        log.info("removed %d staged import(s) left by an import that did not finish", stale)
     llm_session = create_session(
         timeout=settings.http_timeout,
         connect_timeout=settings.http_connect_timeout,
@@ -141,6 +146,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         docs_url="/docs",
         redoc_url=None,
         openapi_url="/openapi.json",
+        swagger_ui_oauth2_redirect_url=None,  # no OAuth flow: nothing to serve below /docs
     )
     install_error_handlers(app)
 

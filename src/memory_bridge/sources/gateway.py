@@ -56,11 +56,12 @@ class MemoryGateway:
             self._degraded.check(turn.scope.token_id, turn.config.memory_config)
             return Recall(source=self.name)
         rule = (gw.GATEWAY_RULE,)
-        if not turn.query:
+        conversation = gw.conversation_id(turn.scope.user, turn.scope.session)
+        if not turn.query or conversation is None:
             return Recall(source=self.name, system_blocks=rule, items=0)
         try:
             hits = await gw.search(
-                self._client, cfg, conversation_id=turn.scope.session, query=turn.query
+                self._client, cfg, conversation_id=conversation, query=turn.query
             )
         except gw.GatewayError as exc:
             await self._audit(turn, "memory_gateway_recall_failed", _failure(exc))
@@ -88,9 +89,10 @@ class MemoryGateway:
         cfg = turn.config.memory_config.gateway
         reply = exchange.reply.content or ""
         # A reply of tool calls only is not a finished turn; nothing to persist without text.
-        if cfg is None or not exchange.reply.has_text or not turn.query:
+        conversation = gw.conversation_id(turn.scope.user, turn.scope.session)
+        if cfg is None or not exchange.reply.has_text or not turn.query or conversation is None:
             return
-        session = gw.gateway_session_id(turn.scope.session)
+        session = gw.gateway_session_id(conversation)
         if exchange.resumed_step in (ADD_IN_FLIGHT, ADD_UNKNOWN):
             await self._step(exchange, ADD_UNKNOWN)
             await self._audit(
@@ -103,7 +105,7 @@ class MemoryGateway:
                 await gw.add(
                     self._client,
                     cfg,
-                    session_id=turn.scope.session,
+                    session_id=conversation,
                     user_text=turn.query,
                     assistant_text=reply,
                 )
@@ -121,7 +123,7 @@ class MemoryGateway:
                 {"gateway_session": session, "message_count": 2},
             )
         try:
-            await gw.flush(self._client, cfg, session_id=turn.scope.session)
+            await gw.flush(self._client, cfg, session_id=conversation)
         except gw.GatewayError as exc:
             data = {**_failure(exc), "add_succeeded": True}
             await self._audit(turn, "memory_gateway_flush_failed", data)

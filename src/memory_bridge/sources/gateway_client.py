@@ -30,6 +30,7 @@ __all__ = [
     "GatewayError",
     "GatewayHit",
     "add",
+    "conversation_id",
     "flush",
     "gateway_session_id",
     "render_reference",
@@ -84,9 +85,26 @@ def _identity(cfg: GatewayConfig) -> dict[str, Any]:
     }
 
 
-def gateway_session_id(session_id: str) -> str:
-    """The Gateway session a proxy session's turns are stored under."""
-    return f"chat:{session_id}"
+# The Gateway conversation of an end user's session starts with this; a request that names
+# no end user and whose session does (it would then be another user's) gets no Gateway layer.
+END_USER_PREFIX = "mb-user:"
+
+
+def conversation_id(user: str, session: str) -> str | None:
+    """The Gateway conversation of one (end user, session) of a token; every token shares its
+    one Gateway user, so the end user is part of the conversation: two end users of a token
+    never share one. With no end user it is the session itself (the design's exact payload).
+    None: a session with no end user that would pass for an end user's conversation."""
+    if not user:
+        return None if session.startswith(END_USER_PREFIX) else session
+    # `:` ends the user part and `%` escapes: distinct (user, session) pairs never collide.
+    escaped = user.replace("%", "%25").replace(":", "%3A")
+    return f"{END_USER_PREFIX}{escaped}:{session}"
+
+
+def gateway_session_id(conversation: str) -> str:
+    """The Gateway session a conversation's turns are stored under."""
+    return f"chat:{conversation}"
 
 
 async def search(
@@ -123,7 +141,8 @@ async def add(
     assistant_text: str,
     now_ms: Callable[[], int] | None = None,
 ) -> None:
-    """Store one finished turn (latest user text + final assistant text). Never retried."""
+    """Store one finished turn (latest user text + final assistant text) in the Gateway
+    session of `session_id` (a `conversation_id`). Never retried."""
     if not user_text.strip() or not assistant_text.strip():
         raise ValueError("add needs both the user text and the final assistant text")
     clock = now_ms or _epoch_ms

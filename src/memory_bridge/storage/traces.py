@@ -88,6 +88,17 @@ class TraceStore:
         except Exception as exc:
             log.warning("could not keep %d context trace(s): %s", len(batch), type(exc).__name__)
 
+    async def settle(self) -> None:
+        """Every trace saved so far is written when this returns: the queue, and the batch
+        the flusher may be writing at this moment (a delete or an erasure must come after
+        them, or a trace it should remove would be written behind it)."""
+        while self._queued:
+            await self.flush()
+        flusher = self._flusher
+        if flusher is not None and not flusher.done():
+            with contextlib.suppress(Exception):
+                await asyncio.shield(flusher)
+
     async def close(self) -> None:
         if self._flusher is not None:
             with contextlib.suppress(Exception):
@@ -110,12 +121,10 @@ class TraceStore:
             conn.execute(delete(context_traces).where(of_token, context_traces.c.id < oldest_kept))
 
     async def get(self, token_id: int, request_id: str) -> dict[str, Any] | None:
-        await self.flush()  # a trace asked for right after its request is not still queued
-        flusher = self._flusher
-        if flusher is not None and not flusher.done():
-            # ...nor in the batch the flusher is writing at this moment.
-            with contextlib.suppress(Exception):
-                await asyncio.shield(flusher)
+        await self.settle()  # a trace asked for right after its request is written
+
+        # A trace past its retention age is not served, whether or not a prune removed it yet.
+        cutoff = time.time() - self._keep_seconds
 
         def read(conn: Connection) -> str | None:
             return conn.execute(
@@ -123,6 +132,7 @@ class TraceStore:
                 .where(
                     context_traces.c.token_id == token_id,
                     context_traces.c.request_id == request_id,
+                    context_traces.c.created_at >= cutoff,
                 )
                 .order_by(context_traces.c.id.desc())
                 .limit(1)

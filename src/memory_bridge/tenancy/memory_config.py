@@ -30,9 +30,11 @@ from pydantic import (
     ConfigDict,
     Field,
     SecretStr,
+    StrictBool,
     StrictInt,
     StrictStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -74,6 +76,7 @@ _GATEWAY_KEYS = {
     "user_key": "userKey",
     "app_id": "appId",
     "project_id": "projectId",
+    "single_end_user": "singleEndUser",
     "scope": "scope",
     "top_k": "topK",
     "timeout_seconds": "timeoutSeconds",
@@ -92,6 +95,9 @@ class GatewayConfig(BaseModel):
     user_key: SecretStr = Field(repr=False)
     app_id: _NonEmpty = "default"
     project_id: _NonEmpty = "default"
+    # The operator's statement that the token serves one end user: only then may a search
+    # span every conversation of the Gateway user, which all of a token's end users share.
+    single_end_user: StrictBool = False
     scope: tuple[GatewayScope, ...] = DEFAULT_SCOPE
     top_k: Annotated[StrictInt, Field(ge=1, le=100)] = 8
     timeout_seconds: float = 10.0
@@ -138,6 +144,19 @@ class GatewayConfig(BaseModel):
         if len(set(map(repr, value))) != len(value):
             raise ValueError("must not repeat an entry")
         return tuple(value)
+
+    @field_validator("scope")
+    @classmethod
+    def _one_user_for_all_memory(
+        cls, value: tuple[GatewayScope, ...], info: ValidationInfo
+    ) -> tuple[GatewayScope, ...]:
+        if "all_user_memory" in value and not info.data.get("single_end_user"):
+            raise ValueError(
+                "'all_user_memory' searches every conversation of the Gateway user, which all "
+                "end users of this token share, so one end user would be served another's "
+                "memories; allowed only with singleEndUser: true (the token serves one end user)"
+            )
+        return value
 
     @field_validator("timeout_seconds", mode="before")
     @classmethod

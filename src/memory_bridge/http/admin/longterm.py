@@ -25,6 +25,7 @@ from memory_bridge.http.admin.schemas import (
     label_query,
 )
 from memory_bridge.http.services import services_of
+from memory_bridge.lifecycle.forget import delete_facts
 from memory_bridge.sources.longterm import config as mem0_config
 from memory_bridge.sources.longterm.points import StoredMemory
 from memory_bridge.sources.longterm.source import LayerOff, LongTermMemory
@@ -151,9 +152,12 @@ async def get_memory(request: Request, token_id: TokenId, memory_id: MemoryId) -
 @router.delete("/{memory_id:uuid}", status_code=204, response_class=Response)
 async def delete_memory(request: Request, token_id: TokenId, memory_id: MemoryId) -> Response:
     config = await _config(request, token_id)
+    services = services_of(request)
     with _errors_mapped(token_id, config):
         deleted = await _longterm(request).delete(token_id, config, str(memory_id))
-    if not deleted:
+        if deleted is not None:
+            await delete_facts(services.memory, token_id, config, [deleted], traces=services.traces)
+    if deleted is None:
         raise ProxyError(404, "not_found_error", f"No memory {memory_id} for token {token_id}.")
     log.info("token %d: long-term memory %s deleted", token_id, memory_id)
     return Response(status_code=204)
@@ -162,8 +166,10 @@ async def delete_memory(request: Request, token_id: TokenId, memory_id: MemoryId
 @router.delete("", status_code=204, response_class=Response)
 async def delete_memories(request: Request, token_id: TokenId, user: UserParam = None) -> Response:
     config = await _config(request, token_id)
+    services = services_of(request)
     with _errors_mapped(token_id, config):
-        await _longterm(request).delete_all(token_id, config, user)
+        gone = await _longterm(request).delete_all(token_id, config, user)
+        await delete_facts(services.memory, token_id, config, gone, traces=services.traces)
     which = "all namespaces" if user is None else ("token-wide" if not user else "one end user")
     log.info("token %d: long-term memories deleted (%s)", token_id, which)
     return Response(status_code=204)

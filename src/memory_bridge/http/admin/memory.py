@@ -9,7 +9,6 @@ from starlette.responses import Response
 
 from memory_bridge.core.errors import ProxyError, invalid_request
 from memory_bridge.events.curated import CuratedRepository, Kind
-from memory_bridge.events.session_index import SessionIndex
 from memory_bridge.http.admin.schemas import (
     EventCursor,
     EventList,
@@ -19,6 +18,7 @@ from memory_bridge.http.admin.schemas import (
     markdown_body,
 )
 from memory_bridge.http.services import services_of
+from memory_bridge.lifecycle import forget
 from memory_bridge.sources.services import MemoryServices
 from memory_bridge.storage.audit import AuditLog
 from memory_bridge.storage.tokens import TokenStore
@@ -113,7 +113,7 @@ async def delete_curated(
     runtime: MemoryServices = services_of(request).memory
     meta = {"source": "admin", "request_id": request.state.request_id}
     try:
-        found = await SessionIndex(runtime.db).delete_curated(token_id, kind, user, meta)
+        found = await forget.delete_curated(runtime, token_id, kind, user, meta)
     finally:
         _curated(request).forget(token_id)
     if not found:

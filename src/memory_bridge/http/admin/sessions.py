@@ -4,10 +4,10 @@ history (paged), and deleting one session.
 Users and sessions are what the chat path stored: `user` is the body's `user` or `X-User-Id`
 ("" for requests without one), `session` is `X-Session-Id` ("default" without one). Both are
 query parameters, not path segments, because they may hold any printable character, `/`
-included. Deleting a session appends a `session.deleted` event; its stored messages go with it,
-and the next request of that session starts without history. Long-term memories already
-extracted from it stay (they are the end user's; `DELETE /tokens/{id}/memories?user=` removes
-them).
+included. Deleting a session deletes it everywhere at once (`lifecycle.forget`): its stored
+messages, its turns in the event log (a content-free `session.deleted` stays), its episodic
+vectors, the long-term facts its turns added and the traces that recalled it; the next request
+of that session starts without history.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from memory_bridge.http.admin.schemas import (
     label_query,
 )
 from memory_bridge.http.services import services_of
+from memory_bridge.lifecycle import forget
 from memory_bridge.sources.services import MemoryServices
 
 router = APIRouter(
@@ -185,10 +186,16 @@ async def session_history(
 async def delete_session(
     request: Request, token_id: TokenId, session: SessionParam, user: UserParam = TOKEN_WIDE_USER
 ) -> Response:
-    """Delete one session's stored history (a `session.deleted` event); 404 if it has none."""
+    """Delete one session everywhere (`lifecycle.forget`): its stored history, its turns in
+    the event log, episodic vectors, the long-term facts it added, traces that recalled it;
+    404 if it holds nothing."""
     await _known(request, token_id)
     meta = {"source": "admin", "request_id": request.state.request_id}
-    if not await _index(request).delete_session(token_id, user, session, meta):
+    services = services_of(request)
+    found = await forget.delete_session(
+        services.memory, token_id, user, session, meta, traces=services.traces
+    )
+    if not found:
         raise ProxyError(
             404, "not_found_error", f"Token {token_id} has no stored session by that name."
         )

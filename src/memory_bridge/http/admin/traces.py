@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Request
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from memory_bridge.core.errors import ProxyError
 from memory_bridge.http.admin.schemas import TokenId, error_responses
@@ -37,6 +37,10 @@ class Trace(BaseModel):
     blocks: list[dict[str, Any]]
     # The request's messages that are stored shortened (cut text, payload placeholders).
     stored_shortened: int = 0
+    user: str | None = Field(
+        default=None, description='The end user the request was served as ("": none named).'
+    )
+    session: str | None = Field(default=None, description="The request's session.")
 
 
 @router.get("/{request_id}", response_model=Trace, responses=error_responses(404))

@@ -18,7 +18,7 @@ from memory_bridge.http.admin.schemas import (
 )
 from memory_bridge.http.services import services_of
 from memory_bridge.lifecycle.export import export_lines, start_export
-from memory_bridge.lifecycle.import_lines import stage
+from memory_bridge.lifecycle.import_lines import ImportBounds, stage
 from memory_bridge.lifecycle.importer import import_staged
 from memory_bridge.lifecycle.transfer import (
     CLASS_PATTERN,
@@ -127,7 +127,7 @@ async def import_token(request: Request, token_id: TokenId) -> dict[str, Any]:
     runtime: MemoryServices = services_of(request).memory
     await _token(runtime, token_id)
     staging = runtime.settings.memory_bridge_data_dir / "imports"
-    staged = await stage(request.stream(), staging)
+    staged = await stage(request.stream(), staging, ImportBounds.of(runtime.settings))
     try:
         result = await import_staged(runtime, token_id, staged, request_id=request.state.request_id)
     finally:

@@ -17,6 +17,7 @@ from memory_bridge.http.admin.schemas import (
     MAX_LABEL,
     TokenId,
     error_responses,
+    label_query,
 )
 from memory_bridge.http.services import services_of
 from memory_bridge.lifecycle.erase import erase_user
@@ -41,12 +42,24 @@ UserPath = Annotated[
 
 
 class ErasedUser(BaseModel):
+    """The erasure's receipt (also kept in the audit log, as a `user_erased` event)."""
+
     user: str
     counts: dict[str, int] = Field(
         description="What was removed, per layer: events, sessions, messages, curated, jobs, "
-        "traces, audit, episodic and longterm (vectors). All zero when nothing was left."
+        "traces, audit, episodic and longterm (vectors), imports (stale staged imports). All "
+        "zero when nothing was left."
     )
     longterm: str = Field(description='"erased", or "off" when the token has no long-term memory.')
+    layers: dict[str, str] = Field(
+        description="What each layer did: database, longterm, vectors, imports, and storage "
+        "(how the database files were rewritten)."
+    )
+    generations_compacted: list[dict[str, Any]] = Field(
+        description="Every vector shard (model, dims) rewritten without the user's points."
+    )
+    erased_at: str = Field(description="When the erasure finished (ISO 8601, UTC).")
+    seconds: float = Field(description="How long it took.")
 
 
 @router.delete(
@@ -58,10 +71,25 @@ async def erase_end_user(request: Request, token_id: TokenId, user: UserPath) ->
     """Erase everything of one end user: history in every session, their USER.md, episodic
     vectors, long-term memories, traces, jobs and their events, leaving one content-free
     `user.erased` event. Idempotent: a second call answers zero counts."""
+    return await _erase(request, token_id, user)
+
+
+@router.delete("/users", response_model=ErasedUser, responses=error_responses(404, 502))
+async def erase_user_by_query(
+    request: Request,
+    token_id: TokenId,
+    user: Annotated[str, label_query('The end user; "" (`?user=`) is the token-wide one.')],
+) -> dict[str, Any]:
+    """The same erasure, the end user named as a query parameter: the only way to name the
+    token-wide user "" (the requests that named none)."""
+    return await _erase(request, token_id, user)
+
+
+async def _erase(request: Request, token_id: int, user: str) -> dict[str, Any]:
     runtime: MemoryServices = services_of(request).memory
     if await runtime.tokens.get(token_id) is None:
         raise ProxyError(404, "not_found_error", f"No token with id {token_id}.")
-    traces: TraceStore | None = services_of(request).traces
+    traces: TraceStore = services_of(request).traces
     try:
         erased = await erase_user(
             runtime, token_id, user, traces=traces, request_id=request.state.request_id

@@ -16,6 +16,7 @@ from memory_bridge.core.turn import Scope, Turn
 from memory_bridge.http.console import session as auth
 from memory_bridge.http.console.views import PAGE, offset_of, page, redirect, token_choices
 from memory_bridge.http.services import services_of
+from memory_bridge.lifecycle.forget import delete_facts
 from memory_bridge.sources.longterm import config as mem0_config
 from memory_bridge.sources.longterm.points import EVENT_ID_KEY
 from memory_bridge.storage.console_sessions import ConsoleSession
@@ -113,11 +114,17 @@ async def change_fact(
     form = await auth.checked_form(request, session.csrf)
     action = auth.text(form, "action")
     user = auth.text(form, "user")
-    longterm = services_of(request).memory.longterm
+    services = services_of(request)
+    longterm = services.memory.longterm
     try:
         config = await _config(request, token)
         if action == "delete":
-            done = await longterm.delete(token, config, memory_id)
+            # As the admin API deletes a fact: from every layer and trace that holds it.
+            deleted = await longterm.delete(token, config, memory_id)
+            if deleted is not None:
+                traces = services.traces
+                await delete_facts(services.memory, token, config, [deleted], traces=traces)
+            done = deleted is not None
         else:
             new_text = auth.text(form, "text").strip()
             if not new_text:

@@ -17,7 +17,7 @@ from memory_bridge.http.console import session as auth
 from memory_bridge.http.console.views import page
 from memory_bridge.http.services import services_of
 from memory_bridge.lifecycle.export import export_lines, start_export
-from memory_bridge.lifecycle.import_lines import stage
+from memory_bridge.lifecycle.import_lines import ImportBounds, stage
 from memory_bridge.lifecycle.importer import import_staged
 from memory_bridge.lifecycle.transfer import CLASSES, MEDIA_TYPE, install_id
 from memory_bridge.storage.console_sessions import ConsoleSession
@@ -73,7 +73,7 @@ async def import_upload(request: Request, session: Signed, token: TokenP) -> Res
     services = services_of(request)
     staging = services.settings.memory_bridge_data_dir / "imports"
     try:
-        staged = await stage(_chunks(upload), staging)
+        staged = await stage(_chunks(upload), staging, ImportBounds.of(services.settings))
         try:
             result = await import_staged(
                 services.memory, token, staged, request_id=request_id_var.get()

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -212,9 +212,22 @@ class Mem0Pool:
         self, spec: Mem0Spec, namespace: str, event_id: str
     ) -> list[StoredMemory]:
         """Every memory of a namespace written for one event, deleted; the memories deleted."""
-        return await self._call(
-            spec, lambda memory: _delete_where(memory, spec, namespace, event_id), write=True
-        )
+        return await self.delete_of_turns(spec, namespace, (event_id,))
+
+    async def delete_of_turns(
+        self, spec: Mem0Spec, namespace: str, event_ids: Sequence[str]
+    ) -> list[StoredMemory]:
+        """Delete every memory of a namespace that the turns `event_ids` added (their tag);
+        the memories deleted. Mem0's history of them goes with the instance."""
+        if not event_ids:
+            return []
+        tags = tuple(event_ids)
+        try:
+            return await self._call(
+                spec, lambda memory: _delete_where(memory, spec, namespace, tags), write=True
+            )
+        finally:
+            self.invalidate(spec.token_id)
 
     async def list_memories(self, spec: Mem0Spec, namespace: str | None) -> list[StoredMemory]:
         """Every memory of the token's current embedding space (or of one namespace), newest
@@ -413,7 +426,9 @@ class Mem0Pool:
             return await self._executor.run(fn, on_finish)
 
 
-def _where(spec: Mem0Spec, namespace: str | None, event_id: str | None = None) -> Where:
+def _where(
+    spec: Mem0Spec, namespace: str | None, event_id: str | tuple[str, ...] | None = None
+) -> Where:
     if namespace is None:
         return Where(kind=MEMORY_KIND, event_id=event_id)
     user = end_user(spec.token_id, namespace)
@@ -421,7 +436,7 @@ def _where(spec: Mem0Spec, namespace: str | None, event_id: str | None = None) -
 
 
 def _delete_where(
-    memory: Any, spec: Mem0Spec, namespace: str, event_id: str | None = None
+    memory: Any, spec: Mem0Spec, namespace: str, event_id: str | tuple[str, ...] | None = None
 ) -> list[StoredMemory]:
     """Delete through Mem0 (its history records each deletion) every memory of a namespace,
     or of one event's turn in it; the memories deleted."""

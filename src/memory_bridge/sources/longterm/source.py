@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
+from collections.abc import Sequence
 from functools import partial
 
 from memory_bridge.core.turn import Turn
@@ -179,25 +180,28 @@ class LongTermMemory:
         async with asyncio.timeout(self._search_timeout):
             return await self.pool.get(spec, memory_id)
 
-    async def delete(self, token_id: int, config: TokenConfig, memory_id: str) -> bool:
+    async def delete(
+        self, token_id: int, config: TokenConfig, memory_id: str
+    ) -> StoredMemory | None:
+        """The memory deleted (logged as `longterm.deleted`), or None if there was none."""
         spec = await self._spec(token_id, config)
         async with asyncio.timeout(self._store_timeout):
             deleted = await self.pool.delete(spec, memory_id)
             if deleted is not None:
                 await self.facts.deleted(token_id, [deleted], "admin")
-            return deleted is not None
+            return deleted
 
     async def delete_written(
         self, token_id: int, config: TokenConfig, user: str, event_id: str
-    ) -> int:
+    ) -> list[StoredMemory]:
         """Every memory of the end user written for one event (a fact added through MCP),
-        deleted as an admin delete is: a `longterm.deleted` event each; how many."""
+        deleted as an admin delete is: a `longterm.deleted` event each; the memories deleted."""
         spec = await self._spec(token_id, config, fresh=True)
         ns = mem0_config.namespace(token_id, user)
         async with asyncio.timeout(self._store_timeout):
             gone = await self.pool.delete_tagged(spec, ns, event_id)
             await self.facts.deleted(token_id, gone, "admin")
-        return len(gone)
+        return gone
 
     async def update(
         self, token_id: int, config: TokenConfig, memory_id: str, text: str
@@ -210,9 +214,12 @@ class LongTermMemory:
                 await self.facts.updated(token_id, updated, spec.model_id)
             return updated
 
-    async def delete_all(self, token_id: int, config: TokenConfig, user: str | None) -> None:
+    async def delete_all(
+        self, token_id: int, config: TokenConfig, user: str | None
+    ) -> list[StoredMemory]:
         """One end user's memories (`user=""`: the token-wide ones), or, with `user=None`,
-        every long-term memory of the token's current embedding space (the token stays)."""
+        every long-term memory of the token's current embedding space (the token stays);
+        the memories deleted."""
         spec = await self._spec(token_id, config)
         async with asyncio.timeout(self._store_timeout):
             if user is None:
@@ -221,6 +228,19 @@ class LongTermMemory:
                 ns = mem0_config.namespace(token_id, user)
                 gone = await self.pool.delete_namespace(spec, ns)
             await self.facts.deleted(token_id, gone, "admin")
+        return gone
+
+    async def delete_of_turns(
+        self, token_id: int, config: TokenConfig, user: str, event_ids: Sequence[str], reason: str
+    ) -> list[StoredMemory]:
+        """The end user's facts that the turns `event_ids` added (a deleted session's), each
+        deleted and logged as `longterm.deleted`; the facts deleted."""
+        spec = await self._spec(token_id, config, fresh=True)
+        ns = mem0_config.namespace(token_id, user)
+        async with asyncio.timeout(self._store_timeout):
+            gone = await self.pool.delete_of_turns(spec, ns, event_ids)
+            await self.facts.deleted(token_id, gone, reason)
+        return gone
 
     async def _spec(
         self, token_id: int, config: TokenConfig, *, fresh: bool = False
