@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 def load_templates(settings: Settings) -> dict[str, MemoryTemplate]:
     """Every language's template, read up front: a missing one stops the server before it
     binds."""
-    return {lang: load_template(settings.template_path(lang)) for lang in TEMPLATE_LANGUAGES}
+    return {lang: load_template(settings.template_path(lang), lang) for lang in TEMPLATE_LANGUAGES}
 
 
 class _EdgeFirst(FastAPI):

@@ -80,19 +80,27 @@ def forge(
     if candidates:
         ranked = rank(candidates, forge_rules.weights, now)
         outcomes = select(ranked, forge_rules.rules, count_tokens, in_prompt)
-    kept: dict[str, list[str]] = {}
+    kept: dict[str, list[Candidate]] = {}
     for outcome in outcomes:
         if outcome.kept:
             c = outcome.scored.candidate
-            kept.setdefault(c.source, []).append(c.text)
+            kept.setdefault(c.source, []).append(c)
     forged = [
-        dataclasses.replace(r, memories=tuple(kept.get(r.source, ())), candidates=())
-        if (r.memories or r.candidates)
-        else r
-        for r in recalls
+        _kept(r, kept.get(r.source, [])) if (r.memories or r.candidates) else r for r in recalls
     ]
     return Forged(
         forged, build(outcomes, _blocks(recalls, count_tokens), forge_rules.rules.budget_tokens)
+    )
+
+
+def _kept(recall: Recall, kept: Sequence[Candidate]) -> Recall:
+    """A source's recall reduced to what the forge kept, each item with its date."""
+    dates = tuple(c.created_at for c in kept)
+    return dataclasses.replace(
+        recall,
+        memories=tuple(c.text for c in kept),
+        dates=dates if any(d is not None for d in dates) else (),
+        candidates=(),
     )
 
 

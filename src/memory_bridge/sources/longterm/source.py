@@ -15,8 +15,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
+from collections.abc import Sequence
+from datetime import UTC, datetime
 from functools import partial
 
+from memory_bridge.core.candidates import Candidate
 from memory_bridge.core.turn import Turn
 from memory_bridge.sources.base import Exchange, OnRecallFailure, Recall
 from memory_bridge.sources.failures import RecallFailed, classify
@@ -95,7 +98,7 @@ class LongTermMemory:
                 scrub(exc, secrets) or "timed out",
             )
             raise RecallFailed(self.name, cause) from exc
-        return Recall(source=self.name, memories=tuple(m.text for m in found if m.text))
+        return Recall(source=self.name, candidates=_candidates(self.name, found))
 
     async def remember(self, exchange: Exchange) -> None:
         turn = exchange.turn
@@ -213,6 +216,34 @@ class LongTermMemory:
         row = await self._generations.get(token_id, LONGTERM, fresh=fresh)
         unseal = self._generations.unseal_data
         return resolve(row, token_id, config, self.pool.mem0_dir, unseal).spec
+
+
+def _candidates(source: str, found: Sequence[StoredMemory]) -> tuple[Candidate, ...]:
+    """Mem0's hits in its order (one dense list), each dated by when it was last learned."""
+    return tuple(
+        Candidate(
+            source=source,
+            id=m.id,
+            text=m.text,
+            dense_rank=rank,
+            dense_score=m.score,
+            created_at=_epoch(m.updated_at or m.created_at),
+        )
+        for rank, m in enumerate((m for m in found if m.text), 1)
+    )
+
+
+def _epoch(when: str | None) -> float | None:
+    """Mem0's ISO timestamp as epoch seconds (naive: UTC); None when absent or unreadable."""
+    if not when:
+        return None
+    try:
+        parsed = datetime.fromisoformat(when)
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.timestamp()
 
 
 def _written(lock: asyncio.Lock, task: asyncio.Task[int]) -> None:
