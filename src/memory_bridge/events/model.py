@@ -25,6 +25,11 @@ class EventType(StrEnum):
     LONGTERM_RETAINED = "longterm.retained"
     LONGTERM_UPDATED = "longterm.updated"
     LONGTERM_DELETED = "longterm.deleted"
+    # Consolidation (sources.longterm.consolidate): a fact merged into an older one that says
+    # the same, a fact superseded by a newer one, and an admin's restore of a superseded fact.
+    LONGTERM_MERGED = "longterm.merged"
+    LONGTERM_SUPERSEDED = "longterm.superseded"
+    LONGTERM_RESTORED = "longterm.restored"
     USER_ERASED = "user.erased"
     # An operator's (or an embedder change's) request to rebuild a layer's vectors from the
     # log; its job is the rebuild (lifecycle.rebuild). Payload: layer, reason, model id.

@@ -53,6 +53,9 @@ _OWNED = {
     EventType.LONGTERM_RETAINED,
     EventType.LONGTERM_UPDATED,
     EventType.LONGTERM_DELETED,
+    EventType.LONGTERM_MERGED,
+    EventType.LONGTERM_SUPERSEDED,
+    EventType.LONGTERM_RESTORED,
 }
 
 

@@ -255,6 +255,13 @@ def _validated(value: dict[str, Any]) -> ImportEvent:
     )
 
 
+# The payload keys of consolidation events that name another fact (mapped like `memory_id`).
+LINKED_IDS: dict[str, tuple[str, ...]] = {
+    EventType.LONGTERM_MERGED: ("into_id",),
+    EventType.LONGTERM_SUPERSEDED: ("by_id",),
+}
+
+
 def _payload(kind: str, data: dict[str, Any]) -> dict[str, Any]:
     user = _label(data, "user")
     if kind.startswith("session."):
@@ -288,6 +295,11 @@ def _payload(kind: str, data: dict[str, Any]) -> dict[str, Any]:
         out["reason"] = _string(data, "reason", MAX_LABEL, default="")
     else:
         out["text"] = _string(data, "text", MAX_LINE_BYTES)
+    # Consolidation: the fact this one was merged into, or the one that superseded it.
+    for key in LINKED_IDS.get(kind, ()):
+        out[key] = _string(data, key, MAX_ID, empty=False)
+    if kind == EventType.LONGTERM_SUPERSEDED:
+        out["by_text"] = _string(data, "by_text", MAX_LINE_BYTES)
     return out
 
 

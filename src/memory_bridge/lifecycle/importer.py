@@ -38,7 +38,7 @@ from memory_bridge.events.model import (
     session_aggregate,
 )
 from memory_bridge.events.projections import project
-from memory_bridge.lifecycle.import_lines import ImportEvent, Staged
+from memory_bridge.lifecycle.import_lines import LINKED_IDS, ImportEvent, Staged
 from memory_bridge.lifecycle.rebuild import start_rebuild
 from memory_bridge.lifecycle.rebuild_longterm import FACT_TYPES
 from memory_bridge.sources.vector_generations import LONGTERM
@@ -180,6 +180,8 @@ def _stored(
         aggregate = curated_aggregate(token_id, payload["kind"], user)
     else:
         payload["memory_id"] = imported_id(token_id, payload["memory_id"])
+        for key in LINKED_IDS.get(event.type, ()):
+            payload[key] = imported_id(token_id, payload[key])
         if payload.get("source_event_id"):
             payload["source_event_id"] = imported_id(token_id, payload["source_event_id"])
         aggregate = longterm_aggregate(token_id, user, payload["memory_id"])

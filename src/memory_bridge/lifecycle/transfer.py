@@ -23,6 +23,9 @@ CLASSES: dict[str, tuple[EventType, ...]] = {
         EventType.LONGTERM_RETAINED,
         EventType.LONGTERM_UPDATED,
         EventType.LONGTERM_DELETED,
+        EventType.LONGTERM_MERGED,
+        EventType.LONGTERM_SUPERSEDED,
+        EventType.LONGTERM_RESTORED,
     ),
     "sessions": (
         EventType.SESSION_STARTED,

@@ -24,7 +24,7 @@ from memory_bridge.core.turn import Turn
 from memory_bridge.sources.base import Exchange, OnRecallFailure, Recall
 from memory_bridge.sources.failures import RecallFailed, classify
 from memory_bridge.sources.longterm import config as mem0_config
-from memory_bridge.sources.longterm.events import FactLog
+from memory_bridge.sources.longterm.events import FactLog, enqueue_after
 from memory_bridge.sources.longterm.points import EVENT_ID_KEY, StoredMemory
 from memory_bridge.sources.longterm.pool import Mem0Pool
 from memory_bridge.sources.longterm.shards import resolve
@@ -145,13 +145,16 @@ class LongTermMemory:
         removed, changes = await self.pool.add(spec, ns, messages, prompt, tag, replacing=replacing)
         if removed:
             log.info("long-term memory: %d memory(ies) of an earlier attempt removed", len(removed))
+        user = exchange.turn.scope.user
+        consolidate = exchange.turn.config.memory_config.longterm.consolidation != "off"
+        stored = any(change.event in ("ADD", "UPDATE") for change in changes)
+        then = (
+            enqueue_after(spec.token_id, user, exchange.event_id)
+            if consolidate and stored and exchange.event_id
+            else None
+        )
         await self.facts.turn(
-            spec.token_id,
-            exchange.turn.scope.user,
-            changes,
-            removed,
-            exchange.event_id,
-            spec.model_id,
+            spec.token_id, user, changes, removed, exchange.event_id, spec.model_id, then
         )
         return sum(1 for change in changes if change.event == "ADD")
 
@@ -203,6 +206,10 @@ class LongTermMemory:
                 ns = mem0_config.namespace(token_id, user)
                 gone = await self.pool.delete_namespace(spec, ns)
             await self.facts.deleted(token_id, gone, "admin")
+
+    async def write_spec(self, token_id: int, config: TokenConfig) -> mem0_config.Mem0Spec:
+        """The token's spec for a write (its active generation read afresh)."""
+        return await self._spec(token_id, config, fresh=True)
 
     async def _spec(
         self, token_id: int, config: TokenConfig, *, fresh: bool = False
