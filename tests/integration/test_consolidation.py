@@ -202,3 +202,22 @@ def test_without_the_judge_only_exact_and_near_duplicates_merge(
         wait_until(_jobs_done(run, token_id), what="the consolidation")
     assert memory_texts(run.proxy, token_id, "ada") == {PARIS, BERLIN}
     assert _superseded(run, token_id) == [] and asked == []
+
+
+def test_erasing_the_end_user_leaves_nothing_of_superseded_facts(
+    run: Running, upstream: FakeUpstream
+) -> None:
+    upstream.responder = _judge(_updates)
+    token_id, token = _token(run, "judge")
+    _say(run, token, PARIS, "march")
+    wait_until(_jobs_done(run, token_id), what="the first consolidation")
+    _say(run, token, BERLIN, "june")
+    wait_until(lambda: _superseded(run, token_id), what="Paris superseded")
+
+    assert run.proxy.admin("DELETE", f"/tokens/{token_id}/users/ada").status_code == 200
+    export = run.proxy.admin(
+        "GET", f"/tokens/{token_id}/export", params={"include": "longterm,sessions"}
+    ).text
+    assert "Paris" not in export and "Berlin" not in export
+    assert _superseded(run, token_id) == []
+    assert memory_texts(run.proxy, token_id, "ada") == set()
