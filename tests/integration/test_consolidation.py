@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.fakes.upstream import FakeUpstream, Scenario, extract_user_facts
@@ -221,3 +222,31 @@ def test_erasing_the_end_user_leaves_nothing_of_superseded_facts(
     assert "Paris" not in export and "Berlin" not in export
     assert _superseded(run, token_id) == []
     assert memory_texts(run.proxy, token_id, "ada") == set()
+
+
+def test_an_export_carries_supersession_into_another_token(
+    run: Running, upstream: FakeUpstream
+) -> None:
+    upstream.responder = _judge(_updates)
+    a_id, a = _token(run, "judge")
+    _say(run, a, PARIS, "march")
+    wait_until(_jobs_done(run, a_id), what="the first consolidation")
+    _say(run, a, BERLIN, "june")
+    wait_until(lambda: _superseded(run, a_id), what="Paris superseded")
+    export = run.proxy.admin("GET", f"/tokens/{a_id}/export", params={"include": "longterm"})
+    assert export.status_code == 200, export.text
+
+    b_id, _ = _token(run, "judge")
+    imported = httpx.post(
+        f"{run.proxy.url}/v1/admin/tokens/{b_id}/import",
+        content=export.content,
+        headers={**run.proxy.admin_headers, "Content-Type": "application/x-ndjson"},
+        timeout=60,
+    )
+    assert imported.status_code == 200, imported.text
+    assert imported.json()["counts"]["longterm.superseded"] == 1
+    wait_until(lambda: memory_texts(run.proxy, b_id, "ada") == {BERLIN}, what="B's facts")
+    (old,) = _superseded(run, b_id)
+    (live,) = [m for m in run.proxy.admin("GET", f"/tokens/{b_id}/memories").json()["data"]]
+    assert old["text"] == PARIS and old["superseded_by"]["id"] == live["id"]
+    assert old["id"] not in {m["id"] for m in _superseded(run, a_id)}  # B's own ids
