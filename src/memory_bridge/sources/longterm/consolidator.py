@@ -35,6 +35,7 @@ from memory_bridge.sources.longterm.events import CONSUMER
 from memory_bridge.sources.longterm.points import MEMORY_KIND, to_stored
 from memory_bridge.sources.longterm.source import LongTermMemory
 from memory_bridge.tenancy.config import TokenConfig
+from memory_bridge.tenancy.longterm_config import LongTermConfig
 from memory_bridge.vectors.index import Where
 
 log = logging.getLogger(__name__)
@@ -54,26 +55,32 @@ class Consolidator:
         pool = self._longterm.pool
         spec = await self._longterm.write_spec(token_id, config)
         ns = mem0_config.namespace(token_id, user)
-        fresh = await pool.with_memory(spec, lambda m: _tagged(m, token_id, user, event_id))
-        changed = 0
-        for new in fresh:
-            if not await self._live(spec, new):
-                continue  # merged away by an earlier fact of this turn
-            nearest = partial(_nearest, namespace=ns, fact=new, limit=settings.max_judged + 1)
-            older = await pool.with_memory(spec, nearest)
-            plan = plan_without_llm(new, older, settings.near_duplicate)
-            if plan is None and settings.consolidation == "judge":
-                plan = await self._judge(spec, new, older, settings)
-            if plan is not None and (plan.merge_into is not None or plan.supersede):
-                await self._apply(spec, token_id, user, new, plan, event_id)
-                changed += 1
+        # Not beside an add of the same end user (Mem0's add reads, then writes).
+        async with self._longterm.namespace_lock(ns):
+            fresh = await pool.with_memory(spec, lambda m: _tagged(m, token_id, user, event_id))
+            changed = 0
+            for new in fresh:
+                if not await self._live(spec, new):
+                    continue  # merged away by an earlier fact of this turn
+                nearest = partial(_nearest, namespace=ns, fact=new, limit=settings.max_judged + 1)
+                older = await pool.with_memory(spec, nearest)
+                plan = plan_without_llm(new, older, settings.near_duplicate)
+                if plan is None and settings.consolidation == "judge":
+                    plan = await self._judge(spec, new, older, settings)
+                if plan is not None and (plan.merge_into is not None or plan.supersede):
+                    await self._apply(spec, token_id, user, new, plan, event_id)
+                    changed += 1
         return changed
 
     async def _live(self, spec: mem0_config.Mem0Spec, fact: Fact) -> bool:
         return await self._longterm.pool.get(spec, fact.id) is not None
 
     async def _judge(
-        self, spec: mem0_config.Mem0Spec, new: Fact, older: Sequence[Fact], settings: Any
+        self,
+        spec: mem0_config.Mem0Spec,
+        new: Fact,
+        older: Sequence[Fact],
+        settings: LongTermConfig,
     ) -> Plan | None:
         judged = to_judge(new, older, settings.similarity_floor, settings.max_judged)
         if not judged:

@@ -58,6 +58,10 @@ def enqueue_after(token_id: int, user: str, event_id: str) -> Callable[[Connecti
     return then
 
 
+# The consolidation events one listing of superseded facts reads, at most (a bounded answer).
+MAX_LISTED = 10_000
+
+
 @dataclass(frozen=True, slots=True)
 class FactChange:
     """One item of Mem0's add answer: a fact added, updated or deleted (or left alone)."""
@@ -134,7 +138,7 @@ class FactLog:
         kinds = (EventType.LONGTERM_SUPERSEDED, EventType.LONGTERM_RESTORED)
 
         def work(conn: Connection) -> list[StoredEvent]:
-            return event_log.read(conn, token_id=token_id, types=kinds, limit=None)
+            return event_log.read(conn, token_id=token_id, types=kinds, limit=MAX_LISTED)
 
         by_id: dict[str, list[StoredEvent]] = {}
         for event in await self._db.run(work):

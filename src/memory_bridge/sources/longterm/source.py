@@ -114,9 +114,7 @@ class LongTermMemory:
         messages.append({"role": "assistant", "content": reply.content[:MAX_STORED_CHARS]})
         spec = await self._spec(turn.scope.token_id, config, fresh=True)
         ns = mem0_config.namespace(turn.scope.token_id, turn.scope.user)
-        lock = self._add_locks.get(ns)
-        if lock is None:
-            lock = self._add_locks[ns] = asyncio.Lock()
+        lock = self.namespace_lock(ns)
         async with asyncio.timeout(self._store_timeout):
             await lock.acquire()
             # The namespace is held until the write has really ended, not until we stop
@@ -206,6 +204,13 @@ class LongTermMemory:
                 ns = mem0_config.namespace(token_id, user)
                 gone = await self.pool.delete_namespace(spec, ns)
             await self.facts.deleted(token_id, gone, "admin")
+
+    def namespace_lock(self, ns: str) -> asyncio.Lock:
+        """What one namespace's writes (an add, a consolidation) take in turn."""
+        lock = self._add_locks.get(ns)
+        if lock is None:
+            lock = self._add_locks[ns] = asyncio.Lock()
+        return lock
 
     async def write_spec(self, token_id: int, config: TokenConfig) -> mem0_config.Mem0Spec:
         """The token's spec for a write (its active generation read afresh)."""
