@@ -51,6 +51,7 @@ class Drop(StrEnum):
     DUPLICATE = "duplicate"
     IN_PROMPT = "in_prompt"  # the history window or the request already carries it
     BUDGET = "budget"
+    SUMMARISED = "summarised"  # a recalled session summary covers this raw turn
 
 
 @dataclass(frozen=True, slots=True)

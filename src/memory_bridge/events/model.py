@@ -20,6 +20,8 @@ class EventType(StrEnum):
     SESSION_APPENDED = "session.appended"
     SESSION_COMPACTED = "session.compacted"
     SESSION_DELETED = "session.deleted"
+    # A summary of a session's turns by the memory LLM (sources.summaries), with its lineage.
+    SESSION_SUMMARISED = "session.summarised"
     CURATED_REPLACED = "curated.replaced"
     CURATED_DELETED = "curated.deleted"
     LONGTERM_RETAINED = "longterm.retained"

@@ -11,6 +11,8 @@ from memory_bridge.events.queue import Job
 from memory_bridge.sources.base import JobStep, MemorySource
 from memory_bridge.sources.longterm.consolidator import CONSUMER, Consolidator
 from memory_bridge.sources.replay import rebuild_exchange
+from memory_bridge.sources.summaries import CONSUMER as SUMMARY
+from memory_bridge.sources.summaries import SessionSummaries
 from memory_bridge.storage.tokens import TokenStore
 
 
@@ -46,3 +48,20 @@ class ConsolidationConsumer:
         if config is None or not isinstance(user, str):
             return
         await self._consolidator.consolidate(event.token_id, config, user, event.event_id)
+
+
+class SummaryConsumer:
+    """Summarises a session once it is idle or long enough (`sources.summaries`)."""
+
+    name = SUMMARY
+    cancel_safe = False  # the memory LLM and the vector engine run in threads
+
+    def __init__(self, summaries: SessionSummaries, tokens: TokenStore) -> None:
+        self._summaries = summaries
+        self._tokens = tokens
+
+    async def run(self, job: Job, event: StoredEvent, progress: JobStep) -> None:
+        config = await self._tokens.current_config(event.token_id)
+        if config is None:
+            return
+        await self._summaries.remember(rebuild_exchange(event, config, job, progress))

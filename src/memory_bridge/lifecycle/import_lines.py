@@ -255,6 +255,8 @@ def _validated(value: dict[str, Any]) -> ImportEvent:
     )
 
 
+# The turns one imported session summary may cover, at most.
+MAX_COVERED = 10_000
 # The payload keys of consolidation events that name another fact (mapped like `memory_id`).
 LINKED_IDS: dict[str, tuple[str, ...]] = {
     EventType.LONGTERM_MERGED: ("into_id",),
@@ -274,6 +276,13 @@ def _payload(kind: str, data: dict[str, Any]) -> dict[str, Any]:
             out["query"] = _string(data, "query", MAX_LINE_BYTES, default="")
             finish = data.get("finish_reason")
             out["finish_reason"] = None if finish is None else _string(data, "finish_reason", 40)
+        if kind == EventType.SESSION_SUMMARISED:
+            out["text"] = _string(data, "text", MAX_LINE_BYTES)
+            covers = data["covers"]
+            if not isinstance(covers, list) or len(covers) > MAX_COVERED:
+                raise ValueError(f"'covers' must be a list of at most {MAX_COVERED} event ids")
+            out["covers"] = [_string({"id": c}, "id", MAX_ID, empty=False) for c in covers]
+            out["last_at"] = _time(data["last_at"]).isoformat()
         return out
     if kind.startswith("curated."):
         doc = data["kind"]

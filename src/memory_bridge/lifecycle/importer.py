@@ -41,6 +41,7 @@ from memory_bridge.events.projections import project
 from memory_bridge.lifecycle.import_lines import LINKED_IDS, ImportEvent, Staged
 from memory_bridge.lifecycle.rebuild import start_rebuild
 from memory_bridge.lifecycle.rebuild_longterm import FACT_TYPES
+from memory_bridge.sources import summaries
 from memory_bridge.sources.vector_generations import LONGTERM
 from memory_bridge.storage.tables import memory_events
 
@@ -89,6 +90,8 @@ async def import_staged(
         consumers = tuple(
             s.name for s in runtime.sources if s.name in REINDEXED and s.consumes(config)
         )
+        if summaries.enabled(config):
+            consumers += (summaries.CONSUMER,)
 
     def work(conn: Connection) -> ImportResult:
         return _apply(conn, token_id, staged.read(), consumers, request_id)
@@ -176,6 +179,8 @@ def _stored(
     user = payload["user"]
     if event.type.startswith("session."):
         aggregate = session_aggregate(token_id, user, payload["session"])
+        if "covers" in payload:  # a summary's lineage: the turns as imported here
+            payload["covers"] = [imported_id(token_id, c) for c in payload["covers"]]
     elif event.type.startswith("curated."):
         aggregate = curated_aggregate(token_id, payload["kind"], user)
     else:

@@ -32,6 +32,7 @@ CLASSES: dict[str, tuple[EventType, ...]] = {
         EventType.SESSION_APPENDED,
         EventType.SESSION_COMPACTED,
         EventType.SESSION_DELETED,
+        EventType.SESSION_SUMMARISED,
     ),
 }
 CLASS_OF: dict[str, str] = {str(t): name for name, types in CLASSES.items() for t in types}

@@ -27,6 +27,7 @@ from memory_bridge.http.errors import install_error_handlers
 from memory_bridge.http.services import Services, services_of
 from memory_bridge.jobs.wiring import create_worker
 from memory_bridge.settings import Settings
+from memory_bridge.sources import summaries
 from memory_bridge.sources.services import open_memory_services
 from memory_bridge.storage.health import StorageHealth
 from memory_bridge.storage.traces import TraceStore
@@ -72,7 +73,9 @@ async def running_services(settings: Settings) -> AsyncIterator[Services]:
     )
     upstream = Upstream(llm_session, settings.forwarded_header_names)
     health = StorageHealth()
-    recorder = TurnRecorder(memory.db, settings.max_stored_message_bytes)
+    # A turn's summary job is due once its session has been idle that long (sources.summaries).
+    delays = {summaries.CONSUMER: settings.summary_idle_seconds}
+    recorder = TurnRecorder(memory.db, settings.max_stored_message_bytes, delays)
     worker = create_worker(memory) if settings.serve_worker else None
     if worker is not None:
         recorder.on_enqueued(worker.wake)

@@ -3,8 +3,10 @@
 `consolidation` is `"dedup"` (the default: exact and near duplicates of an end user's facts
 merge, with no LLM call), `"judge"` (besides, a fact similar to older ones but not the same is
 judged by the token's memory LLM: duplicate, update or unrelated; one call per new fact) or
-`"off"`. The thresholds are cosines of the facts' embeddings, bounded; a value out of bounds
-is refused when the token is saved (a 422 naming the field).
+`"off"`. `summaries` turns on session summaries (`summaryTurns`: after how many turns not
+yet summarised a busy session is summarised without waiting for it to go idle). The thresholds
+are cosines of the facts' embeddings, bounded; a value out of bounds is refused when the token
+is saved (a 422 naming the field).
 """
 
 from __future__ import annotations
@@ -13,7 +15,15 @@ import math
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    ValidationError,
+    field_validator,
+)
 
 from memory_bridge.tenancy.errors import TokenConfigError
 
@@ -27,6 +37,8 @@ LONGTERM_KEYS = {
     "near_duplicate": "nearDuplicate",
     "similarity_floor": "similarityFloor",
     "max_judged": "maxJudged",
+    "summaries": "summaries",
+    "summary_turns": "summaryTurns",
 }
 
 
@@ -40,6 +52,10 @@ class LongTermConfig(BaseModel):
     similarity_floor: Annotated[float, Field(ge=0.3, le=1.0)] = 0.6
     # How many of the nearest older facts one judgement covers.
     max_judged: Annotated[StrictInt, Field(ge=1, le=10)] = 5
+    # Session summaries by the memory LLM (sources.summaries): when a session has been idle
+    # SUMMARY_IDLE_SECONDS, or has this many turns not yet summarised.
+    summaries: StrictBool = False
+    summary_turns: Annotated[StrictInt, Field(ge=2, le=500)] = 20
 
     @field_validator("near_duplicate", "similarity_floor", mode="before")
     @classmethod

@@ -17,6 +17,7 @@ from typing import Any
 
 from memory_bridge.context.forge.rank import RankWeights, rank
 from memory_bridge.context.forge.select import SelectRules, select
+from memory_bridge.context.forge.summarised import drop_summarised
 from memory_bridge.context.forge.trace import build
 from memory_bridge.core.candidates import Candidate, Outcome
 from memory_bridge.core.messages import Message
@@ -78,8 +79,9 @@ def forge(
     in_prompt = [m.text() for r in recalls for m in r.history] + [m.text() for m in request]
     outcomes: list[Outcome] = []
     if candidates:
-        ranked = rank(candidates, forge_rules.weights, now)
+        ranked, summarised = drop_summarised(rank(candidates, forge_rules.weights, now))
         outcomes = select(ranked, forge_rules.rules, count_tokens, in_prompt)
+        outcomes = sorted([*outcomes, *summarised], key=lambda o: o.scored.rank)
     kept: dict[str, list[Candidate]] = {}
     for outcome in outcomes:
         if outcome.kept:
