@@ -135,7 +135,18 @@ def test_an_idle_session_is_summarised_and_the_summary_replaces_its_turns(
     _ask(proxy, plain)
     block = forwarded_recall(upstream)
     assert LOCKER in block and SUMMARY not in block
-    assert len(prompts) == 1
+
+    # An export carries the summary: imported elsewhere it is indexed, with no new LLM call.
+    exported = proxy.admin("GET", f"/tokens/{token_id}/export", params={"include": "sessions"})
+    copy_id, copy = proxy.create_token(name="copy", memory=summaries, **fields)
+    _import(proxy, copy_id, exported.text)
+    wait_until(_jobs_done(proxy, copy_id, "episodic", "summary"), what="the copy's jobs")
+    request_id = _ask(proxy, copy)
+    assert SUMMARY in forwarded_recall(upstream)
+    trace = proxy.admin("GET", f"/tokens/{copy_id}/traces/{request_id}").json()
+    assert {c["text"]: c for c in trace["candidates"]}[LOCKER]["dropped"] == "summarised"
+    # (The questions' session came along, idle: it alone was summarised anew.)
+    assert len([p for p in prompts if "Small talk" in p]) == 1
 
     # Erasing the end user takes the summary with the turns: no byte of it is left.
     assert proxy.admin("DELETE", f"/tokens/{token_id}/users/ada").status_code == 200

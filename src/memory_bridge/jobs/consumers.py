@@ -6,7 +6,7 @@ current configuration (a token deleted meanwhile means nothing is left to do).
 
 from __future__ import annotations
 
-from memory_bridge.events.model import StoredEvent
+from memory_bridge.events.model import EventType, StoredEvent
 from memory_bridge.events.queue import Job
 from memory_bridge.sources.base import JobStep, MemorySource
 from memory_bridge.sources.longterm.consolidator import CONSUMER, Consolidator
@@ -63,5 +63,8 @@ class SummaryConsumer:
     async def run(self, job: Job, event: StoredEvent, progress: JobStep) -> None:
         config = await self._tokens.current_config(event.token_id)
         if config is None:
+            return
+        if event.type == EventType.SESSION_SUMMARISED:  # an imported summary
+            await self._summaries.index(config, event)
             return
         await self._summaries.remember(rebuild_exchange(event, config, job, progress))

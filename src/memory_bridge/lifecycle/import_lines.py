@@ -51,6 +51,8 @@ class ImportEvent:
     meta: dict[str, Any]
     embed_model: str | None
     created_at: datetime
+    # The id the line carries (the exporter's event id): a summary's `covers` name turns by it.
+    line_id: str | None = None
 
     def dump(self) -> str:
         return json.dumps(
@@ -61,6 +63,7 @@ class ImportEvent:
                 "meta": self.meta,
                 "embed_model": self.embed_model,
                 "created_at": self.created_at.isoformat(),
+                "line_id": self.line_id,
             },
             ensure_ascii=False,
             separators=(",", ":"),
@@ -76,6 +79,7 @@ class ImportEvent:
             meta=data["meta"],
             embed_model=data["embed_model"],
             created_at=datetime.fromisoformat(data["created_at"]),
+            line_id=data.get("line_id"),
         )
 
 
@@ -252,6 +256,7 @@ def _validated(value: dict[str, Any]) -> ImportEvent:
         meta=_meta(meta),
         embed_model=embed_model,
         created_at=_time(value["created_at"]),
+        line_id=event_id,
     )
 
 

@@ -85,6 +85,12 @@ class SessionSummaries:
         await self._episodic.index_summary(config, point)
         log.info("session summary of %d turn(s) stored", len(pending))
 
+    async def index(self, config: TokenConfig, event: StoredEvent) -> None:
+        """Index a summary that came by import (its event is in the log already)."""
+        if enabled(config):
+            point = summary_point(event.token_id, event.event_id, event.payload)
+            await self._episodic.index_summary(config, point)
+
     async def _summarise(
         self, token_id: int, config: TokenConfig, turns: Sequence[StoredEvent]
     ) -> str:
