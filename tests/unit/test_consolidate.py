@@ -100,12 +100,16 @@ def test_memory_longterm_is_validated_when_a_token_is_saved() -> None:
         {"longterm": {"consolidation": "judge", "similarityFloor": 0.5, "maxJudged": 3}}
     )
     assert cfg.longterm.consolidation == "judge" and cfg.longterm.max_judged == 3
+    assert not cfg.longterm.summaries
+    assert parse_memory_config({"longterm": {"summaries": True}}).longterm.summaries
     for bad, field in (
         ({"consolidation": "always"}, "memory.longterm.consolidation"),
         ({"nearDuplicate": 2}, "memory.longterm.nearDuplicate"),
         ({"similarityFloor": "high"}, "memory.longterm.similarityFloor"),
         ({"similarityFloor": 0.99, "nearDuplicate": 0.9}, "memory.longterm.similarityFloor"),
         ({"maxJudged": 1000}, "memory.longterm.maxJudged"),
+        ({"summaries": "yes"}, "memory.longterm.summaries"),
+        ({"summaryTurns": 1}, "memory.longterm.summaryTurns"),
         ({"surprise": 1}, "memory.longterm"),
     ):
         with pytest.raises(TokenConfigError) as caught:
