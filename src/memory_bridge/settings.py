@@ -78,6 +78,9 @@ class Settings(BaseSettings):
     # Episodic memory (the raw conversation indexed for hybrid recall) for every token;
     # off: long-term recall is Mem0's facts alone.
     episodic_memory: bool = True
+    # A session with no new turn for this long is summarised (tokens with
+    # `memory.longterm.summaries`): the delay of each turn's summary job.
+    summary_idle_seconds: float = Field(default=900.0, ge=0.0, le=30 * 86400.0)
     # The episodic embedder of a token without one: `local` (the packaged MiniLM where the
     # `local` extra is installed, else BM25 alone) or `none` (BM25 alone).
     episodic_default_embedder: Literal["local", "none"] = "local"

@@ -127,8 +127,9 @@ def running(
 
 
 def memory_block(system: str) -> list[str]:
-    """The items of the long-term memory block in a forwarded recall block."""
-    return re.findall(r"^- (.*)$", system, flags=re.MULTILINE)
+    """The items of the long-term memory block in a forwarded recall block, each without
+    the date label it carries (`[on 2026-03-14] `)."""
+    return re.findall(r"^- (?:\[[^\]\n]*\d{4}-\d\d-\d\d\] )?(.*)$", system, flags=re.MULTILINE)
 
 
 def chat(

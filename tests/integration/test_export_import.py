@@ -18,6 +18,7 @@ from tests.integration.longterm_support import (
     MEMORY_LLM_KEY,
     forwarded_recall,
     memories,
+    memory_block,
     memory_fields,
     wait_for_memory,
     wait_until,
@@ -167,10 +168,10 @@ def test_export_then_import_gives_the_same_recall(
     for token in (a, b):
         raw = _say(proxy, token, "Where does Ingrid live?", "friday")
         forwarded = upstream.proxied_requests[-1].json["messages"]
-        items = [line for line in forwarded_recall(upstream).splitlines() if line.startswith("- ")]
+        items = memory_block(forwarded_recall(upstream))
         system = [m for m in forwarded if m["role"] == "system"]
         seen[token] = (raw.headers["x-memorybridge-injected"], items, system)
-    assert seen[a][1][0] == seen[b][1][0] == "- My sister Ingrid lives in Trondheim"
+    assert seen[a][1][0] == seen[b][1][0] == "My sister Ingrid lives in Trondheim"
     assert sorted(seen[a][1]) == sorted(seen[b][1]) and len(seen[a][1]) == 4
     assert seen[a][0] == seen[b][0] and seen[a][2] == seen[b][2]
     assert "Thursdays" in json.dumps(seen[b][2])

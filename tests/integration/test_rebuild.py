@@ -16,7 +16,12 @@ from typing import Any
 import pytest
 
 from tests.fakes.upstream import FakeUpstream, Scenario
-from tests.integration.longterm_support import forwarded_recall, memory_fields, wait_until
+from tests.integration.longterm_support import (
+    forwarded_recall,
+    memory_block,
+    memory_fields,
+    wait_until,
+)
 from tests.support.proxy import Proxy, start_proxy
 
 FACTS = (
@@ -60,8 +65,8 @@ def _recalls(proxy: Proxy, token: str, upstream: FakeUpstream, round_: str) -> l
     recalled = []
     for i, query in enumerate(QUERIES):
         _say(proxy, token, query, f"ask-{round_}-{i}", user="ada")
-        lines = forwarded_recall(upstream).splitlines()
-        recalled.append([line[2:] for line in lines if line[2:] in FACTS])
+        items = memory_block(forwarded_recall(upstream))
+        recalled.append([item for item in items if item in FACTS])
     return recalled
 
 

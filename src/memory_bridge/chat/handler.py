@@ -36,6 +36,7 @@ from memory_bridge.core.messages import conversation, latest_user_text
 from memory_bridge.core.token_count import count_tokens
 from memory_bridge.core.turn import DEFAULT_SESSION, TOKEN_WIDE_USER, Reply, Scope, Turn
 from memory_bridge.events.recorder import TurnRecorder
+from memory_bridge.sources import summaries
 from memory_bridge.sources.base import MemorySource, Recall
 from memory_bridge.storage.audit import AuditLog
 from memory_bridge.storage.health import StorageHealth
@@ -251,6 +252,8 @@ class ChatHandler:
         if not messages:
             return True
         consumers = tuple(s.name for s in self._sources if s.consumes(turn.config))
+        if summaries.enabled(turn.config):
+            consumers += (summaries.CONSUMER,)
         meta: dict[str, Any] = {"request_id": turn.request_id, "source": "chat"}
         metrics.usage(turn.scope.token_id, reply.usage)
         cached = metrics.cached_tokens(reply.usage)

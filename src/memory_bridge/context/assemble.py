@@ -55,12 +55,19 @@ class Placement:
         """The placement of `recalls`, or None when there is nothing to inject."""
         stable = [b for r in recalls for b in r.system_blocks]
         memories = tuple(m for r in recalls for m in r.memories)
-        dynamic = [template.render(memories)] if memories else []
+        dates = tuple(d for r in recalls for d in _dates(r))
+        dynamic = [template.render(memories, dates)] if memories else []
         dynamic.extend(r.reference.text() for r in recalls if r.reference is not None)
         history = tuple(m for r in recalls for m in r.history)
         if not stable and not dynamic and not history:
             return None
         return cls(_JOIN.join(stable), history, _JOIN.join(d for d in dynamic if d))
+
+
+def _dates(recall: Recall) -> tuple[float | None, ...]:
+    """One date (or None) per memory of `recall`."""
+    dates = recall.dates[: len(recall.memories)]
+    return dates + (None,) * (len(recall.memories) - len(dates))
 
 
 def splice(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from enum import StrEnum
 
 
@@ -29,12 +30,28 @@ class Candidate:
     def digest(self) -> str:
         return hashlib.sha256(self.text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
+    @property
+    def day(self) -> str | None:
+        """The ISO date (UTC) the item was said or learned, when its source knows it."""
+        return iso_day(self.created_at)
+
+
+def iso_day(epoch: float | None) -> str | None:
+    """An epoch time's ISO date in UTC (`2026-03-14`); None for an unknown time."""
+    if epoch is None:
+        return None
+    try:
+        return datetime.fromtimestamp(epoch, UTC).date().isoformat()
+    except (OverflowError, OSError, ValueError):
+        return None
+
 
 class Drop(StrEnum):
     THRESHOLD = "threshold"
     DUPLICATE = "duplicate"
     IN_PROMPT = "in_prompt"  # the history window or the request already carries it
     BUDGET = "budget"
+    SUMMARISED = "summarised"  # a recalled session summary covers this raw turn
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,11 +20,18 @@ class EventType(StrEnum):
     SESSION_APPENDED = "session.appended"
     SESSION_COMPACTED = "session.compacted"
     SESSION_DELETED = "session.deleted"
+    # A summary of a session's turns by the memory LLM (sources.summaries), with its lineage.
+    SESSION_SUMMARISED = "session.summarised"
     CURATED_REPLACED = "curated.replaced"
     CURATED_DELETED = "curated.deleted"
     LONGTERM_RETAINED = "longterm.retained"
     LONGTERM_UPDATED = "longterm.updated"
     LONGTERM_DELETED = "longterm.deleted"
+    # Consolidation (sources.longterm.consolidate): a fact merged into an older one that says
+    # the same, a fact superseded by a newer one, and an admin's restore of a superseded fact.
+    LONGTERM_MERGED = "longterm.merged"
+    LONGTERM_SUPERSEDED = "longterm.superseded"
+    LONGTERM_RESTORED = "longterm.restored"
     USER_ERASED = "user.erased"
     # A fact stated explicitly (the MCP `add_memory` tool), indexed by the queue like a
     # turn; payload shaped like a turn's (one user message) plus `explicit: true`. Deleted,

@@ -15,7 +15,7 @@ known and it must not be repeated automatically: a Gateway add that may have hap
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,11 +55,18 @@ class Job:
 
 
 def enqueue(
-    conn: Connection, event_id: str, token_id: int, order_key: str, consumers: Sequence[str]
+    conn: Connection,
+    event_id: str,
+    token_id: int,
+    order_key: str,
+    consumers: Sequence[str],
+    delays: Mapping[str, float] | None = None,
 ) -> None:
+    """One pending job per consumer; `delays`: seconds before a consumer's job is due."""
     if not consumers:
         return
     now = time.time()
+    delays = delays or {}
     conn.execute(
         insert(jobs),
         [
@@ -70,7 +77,7 @@ def enqueue(
                 "order_key": order_key,
                 "status": PENDING,
                 "attempts": 0,
-                "next_attempt_at": now,
+                "next_attempt_at": now + delays.get(consumer, 0.0),
                 "created_at": now,
                 "updated_at": now,
             }

@@ -12,7 +12,7 @@ removed by the purge's last step, which runs after the row is deleted (`lifecycl
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, select
@@ -47,9 +47,12 @@ def turn_payload(
 
 
 class TurnRecorder:
-    def __init__(self, db: Database, max_message_bytes: int) -> None:
+    def __init__(
+        self, db: Database, max_message_bytes: int, delays: Mapping[str, float] | None = None
+    ) -> None:
         self._db = db
         self._max_bytes = max_message_bytes
+        self._delays = dict(delays or {})  # per consumer: seconds before its job is due
         self._listeners: list[Callable[[], None]] = []
         # The last version this process appended per session: the next turn skips reading it.
         # Another process may have appended since; the unique version then refuses the insert
@@ -94,7 +97,9 @@ class TurnRecorder:
                 started = {"user": scope.user, "session": scope.session}
                 events.insert(0, NewEvent(EventType.SESSION_STARTED, aggregate, started, meta))
             stored = log.append(conn, scope.token_id, events, versions={aggregate: version})
-            queue.enqueue(conn, appended.event_id, scope.token_id, order_key, consumers)
+            queue.enqueue(
+                conn, appended.event_id, scope.token_id, order_key, consumers, self._delays
+            )
             return stored[-1]
 
         try:

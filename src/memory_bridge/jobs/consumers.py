@@ -6,10 +6,13 @@ current configuration (a token deleted meanwhile means nothing is left to do).
 
 from __future__ import annotations
 
-from memory_bridge.events.model import StoredEvent
+from memory_bridge.events.model import EventType, StoredEvent
 from memory_bridge.events.queue import Job
 from memory_bridge.sources.base import JobStep, MemorySource
+from memory_bridge.sources.longterm.consolidator import CONSUMER, Consolidator
 from memory_bridge.sources.replay import rebuild_exchange
+from memory_bridge.sources.summaries import CONSUMER as SUMMARY
+from memory_bridge.sources.summaries import SessionSummaries
 from memory_bridge.storage.tokens import TokenStore
 
 
@@ -27,3 +30,41 @@ class SourceConsumer:
         if config is None:
             return  # the token is gone or unusable: nothing to remember for it
         await self._source.remember(rebuild_exchange(event, config, job, progress))
+
+
+class ConsolidationConsumer:
+    """Consolidates the long-term facts a turn's extraction stored (`consolidator`)."""
+
+    name = CONSUMER
+    cancel_safe = False  # Mem0 and the vector engine run in threads a cancel does not stop
+
+    def __init__(self, consolidator: Consolidator, tokens: TokenStore) -> None:
+        self._consolidator = consolidator
+        self._tokens = tokens
+
+    async def run(self, job: Job, event: StoredEvent, progress: JobStep) -> None:
+        config = await self._tokens.current_config(event.token_id)
+        user = event.payload.get("user")
+        if config is None or not isinstance(user, str):
+            return
+        await self._consolidator.consolidate(event.token_id, config, user, event.event_id)
+
+
+class SummaryConsumer:
+    """Summarises a session once it is idle or long enough (`sources.summaries`)."""
+
+    name = SUMMARY
+    cancel_safe = False  # the memory LLM and the vector engine run in threads
+
+    def __init__(self, summaries: SessionSummaries, tokens: TokenStore) -> None:
+        self._summaries = summaries
+        self._tokens = tokens
+
+    async def run(self, job: Job, event: StoredEvent, progress: JobStep) -> None:
+        config = await self._tokens.current_config(event.token_id)
+        if config is None:
+            return
+        if event.type == EventType.SESSION_SUMMARISED:  # an imported summary
+            await self._summaries.index(config, event)
+            return
+        await self._summaries.remember(rebuild_exchange(event, config, job, progress))

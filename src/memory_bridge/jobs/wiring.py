@@ -3,13 +3,16 @@ source whose memory work happens after the response, plus the rebuild."""
 
 from __future__ import annotations
 
-from memory_bridge.jobs.consumers import SourceConsumer
+from memory_bridge.jobs.consumers import ConsolidationConsumer, SourceConsumer, SummaryConsumer
 from memory_bridge.jobs.worker import Consumer, JobWorker, WorkerSettings
 from memory_bridge.lifecycle.rebuild import REBUILD, Rebuilder
 from memory_bridge.sources.episodic import EpisodicMemory
 from memory_bridge.sources.gateway import MemoryGateway
+from memory_bridge.sources.longterm.consolidator import Consolidator
 from memory_bridge.sources.longterm.source import LongTermMemory
 from memory_bridge.sources.services import MemoryServices
+from memory_bridge.sources.summaries import CONSUMER as SUMMARY
+from memory_bridge.sources.summaries import SessionSummaries
 from memory_bridge.tenancy.config import config_secrets
 from memory_bridge.tenancy.secrets import scrub
 
@@ -26,6 +29,11 @@ def create_worker(memory: MemoryServices) -> JobWorker:
         for s in memory.sources
         if s.name in _AFTER_TURN
     }
+    consolidation = ConsolidationConsumer(Consolidator(memory.longterm), memory.tokens)
+    consumers[consolidation.name] = consolidation
+    if memory.episodic is not None:
+        summaries = SessionSummaries(memory.db, memory.longterm, memory.episodic)
+        consumers[SUMMARY] = SummaryConsumer(summaries, memory.tokens)
     if memory.episodic is not None:
         consumers[REBUILD] = Rebuilder(memory)
     worker_settings = WorkerSettings(

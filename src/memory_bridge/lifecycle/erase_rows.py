@@ -50,6 +50,7 @@ _OWNED = {
     EventType.SESSION_APPENDED,
     EventType.SESSION_COMPACTED,
     EventType.SESSION_DELETED,
+    EventType.SESSION_SUMMARISED,
     EventType.CURATED_REPLACED,
     EventType.CURATED_DELETED,
     EventType.LONGTERM_RETAINED,
@@ -57,6 +58,9 @@ _OWNED = {
     EventType.LONGTERM_DELETED,
     EventType.MEMORY_ADDED,
     EventType.MEMORY_DELETED,
+    EventType.LONGTERM_MERGED,
+    EventType.LONGTERM_SUPERSEDED,
+    EventType.LONGTERM_RESTORED,
 }
 
 

@@ -76,6 +76,8 @@ class ImportEvent:
     meta: dict[str, Any]
     embed_model: str | None
     created_at: datetime
+    # The id the line carries (the exporter's event id): a summary's `covers` name turns by it.
+    line_id: str | None = None
 
     def dump(self) -> str:
         return json.dumps(
@@ -86,6 +88,7 @@ class ImportEvent:
                 "meta": self.meta,
                 "embed_model": self.embed_model,
                 "created_at": self.created_at.isoformat(),
+                "line_id": self.line_id,
             },
             ensure_ascii=False,
             separators=(",", ":"),
@@ -101,6 +104,7 @@ class ImportEvent:
             meta=data["meta"],
             embed_model=data["embed_model"],
             created_at=datetime.fromisoformat(data["created_at"]),
+            line_id=data.get("line_id"),
         )
 
 
@@ -293,7 +297,17 @@ def _validated(value: dict[str, Any], bounds: ImportBounds) -> ImportEvent:
         meta=_meta(meta),
         embed_model=embed_model,
         created_at=_time(value["created_at"]),
+        line_id=event_id,
     )
+
+
+# The turns one imported session summary may cover, at most.
+MAX_COVERED = 10_000
+# The payload keys of consolidation events that name another fact (mapped like `memory_id`).
+LINKED_IDS: dict[str, tuple[str, ...]] = {
+    EventType.LONGTERM_MERGED: ("into_id",),
+    EventType.LONGTERM_SUPERSEDED: ("by_id",),
+}
 
 
 def _payload(kind: str, data: dict[str, Any], bounds: ImportBounds) -> dict[str, Any]:
@@ -311,6 +325,13 @@ def _payload(kind: str, data: dict[str, Any], bounds: ImportBounds) -> dict[str,
             out["query"] = truncate(_string(data, "query", MAX_LINE_BYTES, default=""), limit)
             finish = data.get("finish_reason")
             out["finish_reason"] = None if finish is None else _string(data, "finish_reason", 40)
+        if kind == EventType.SESSION_SUMMARISED:
+            out["text"] = _string(data, "text", MAX_LINE_BYTES)
+            covers = data["covers"]
+            if not isinstance(covers, list) or len(covers) > MAX_COVERED:
+                raise ValueError(f"'covers' must be a list of at most {MAX_COVERED} event ids")
+            out["covers"] = [_string({"id": c}, "id", MAX_ID, empty=False) for c in covers]
+            out["last_at"] = _time(data["last_at"]).isoformat()
         return out
     if kind.startswith("curated."):
         doc = data["kind"]
@@ -337,6 +358,11 @@ def _payload(kind: str, data: dict[str, Any], bounds: ImportBounds) -> dict[str,
         out["reason"] = _string(data, "reason", MAX_LABEL, default="")
     else:
         out["text"] = truncate(_string(data, "text", MAX_LINE_BYTES), limit)
+    # Consolidation: the fact this one was merged into, or the one that superseded it.
+    for key in LINKED_IDS.get(kind, ()):
+        out[key] = _string(data, key, MAX_ID, empty=False)
+    if kind == EventType.LONGTERM_SUPERSEDED:
+        out["by_text"] = truncate(_string(data, "by_text", MAX_LINE_BYTES), limit)
     return out
 
 

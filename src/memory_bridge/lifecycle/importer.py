@@ -20,7 +20,7 @@ their texts into the token's Mem0 shard: the import never re-runs the memory LLM
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -38,9 +38,10 @@ from memory_bridge.events.model import (
     session_aggregate,
 )
 from memory_bridge.events.projections import project
-from memory_bridge.lifecycle.import_lines import ImportEvent, Staged
+from memory_bridge.lifecycle.import_lines import LINKED_IDS, ImportEvent, Staged
 from memory_bridge.lifecycle.rebuild import start_rebuild
 from memory_bridge.lifecycle.rebuild_longterm import FACT_TYPES
+from memory_bridge.sources import summaries
 from memory_bridge.sources.vector_generations import LONGTERM
 from memory_bridge.storage.tables import memory_events
 
@@ -89,6 +90,8 @@ async def import_staged(
         consumers = tuple(
             s.name for s in runtime.sources if s.name in REINDEXED and s.consumes(config)
         )
+        if summaries.enabled(config):
+            consumers += (summaries.CONSUMER,)
 
     def work(conn: Connection) -> ImportResult:
         return _apply(conn, token_id, staged.read(), consumers, request_id)
@@ -123,6 +126,7 @@ def _apply(
 ) -> ImportResult:
     result = ImportResult()
     versions: dict[str, int] = {}
+    by_line: dict[str, str] = {}  # a line's own event id -> the id it is appended with
     while batch := _take(events, _BATCH):
         targets = [imported_id(token_id, e.origin) for e in batch]
         wanted = {*targets, *(e.origin for e in batch)}
@@ -135,11 +139,13 @@ def _apply(
         )
         fresh: list[StoredEvent] = []
         for event, event_id in zip(batch, targets, strict=True):
+            if event.line_id:  # where the line's event is (or was already) in this token
+                by_line[event.line_id] = event.origin if event.origin in present else event_id
             if event.origin in present or event_id in present:
                 result.skipped += 1
                 continue
             present.add(event_id)  # a line repeated within the batch
-            stored = _stored(conn, token_id, event, event_id, versions, request_id)
+            stored = _stored(conn, token_id, event, event_id, versions, request_id, by_line)
             fresh.append(stored)
         if not fresh:
             continue
@@ -148,9 +154,14 @@ def _apply(
             project(conn, stored, stored.created_at)
             result.imported += 1
             result.counts[stored.type] = result.counts.get(stored.type, 0) + 1
-            if stored.type == EventType.SESSION_APPENDED and consumers:
-                queue.enqueue(conn, stored.event_id, token_id, stored.aggregate_id, consumers)
-                for name in consumers:
+            jobs_for: Sequence[str] = ()
+            if stored.type == EventType.SESSION_APPENDED:
+                jobs_for = consumers
+            elif stored.type == EventType.SESSION_SUMMARISED and summaries.CONSUMER in consumers:
+                jobs_for = (summaries.CONSUMER,)  # its job indexes the imported summary
+            if jobs_for:
+                queue.enqueue(conn, stored.event_id, token_id, stored.aggregate_id, jobs_for)
+                for name in jobs_for:
                     result.jobs[name] = result.jobs.get(name, 0) + 1
     return result
 
@@ -171,15 +182,21 @@ def _stored(
     event_id: str,
     versions: dict[str, int],
     request_id: str,
+    by_line: Mapping[str, str],
 ) -> StoredEvent:
     payload = dict(event.payload)
     user = payload["user"]
     if event.type.startswith("session."):
         aggregate = session_aggregate(token_id, user, payload["session"])
+        if "covers" in payload:  # a summary's lineage: the turns as imported here
+            covers = payload["covers"]
+            payload["covers"] = [by_line.get(c) or imported_id(token_id, c) for c in covers]
     elif event.type.startswith("curated."):
         aggregate = curated_aggregate(token_id, payload["kind"], user)
     else:
         payload["memory_id"] = imported_id(token_id, payload["memory_id"])
+        for key in LINKED_IDS.get(event.type, ()):
+            payload[key] = imported_id(token_id, payload[key])
         if payload.get("source_event_id"):
             payload["source_event_id"] = imported_id(token_id, payload["source_event_id"])
         aggregate = longterm_aggregate(token_id, user, payload["memory_id"])

@@ -39,6 +39,7 @@ from memory_bridge.sources.base import JobStep, PermanentFailure
 from memory_bridge.sources.longterm import config as mem0_config
 from memory_bridge.sources.longterm.shards import instance_fields, resolve
 from memory_bridge.sources.replay import rebuild_exchange
+from memory_bridge.sources.summaries import summary_point
 from memory_bridge.sources.vector_generations import (
     EPISODIC,
     LONGTERM,
@@ -66,6 +67,7 @@ PAGE = 200  # events per checkpoint
 _REPLAYED = (
     EventType.SESSION_APPENDED.value,
     EventType.MEMORY_ADDED.value,  # a fact added through MCP (a deleted one's row is gone)
+    EventType.SESSION_SUMMARISED.value,
     EventType.SESSION_DELETED.value,
     EventType.USER_ERASED.value,
 )
@@ -318,6 +320,10 @@ class Rebuilder:
                 exchange = rebuild_exchange(stored, config, job, progress)
                 created = stored.created_at.timestamp()
                 await episodic.index_exchange(exchange, (target,), created)
+                return 1
+            if stored.type == EventType.SESSION_SUMMARISED:
+                point = summary_point(stored.token_id, stored.event_id, data)
+                await episodic.index_summary_into(point, (target,))
                 return 1
             where = Where(user=str(data["user"]), kind="episodic")
             if stored.type == EventType.SESSION_DELETED:

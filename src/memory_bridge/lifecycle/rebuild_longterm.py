@@ -1,13 +1,14 @@
 """Rebuild a token's Mem0 facts from their `longterm.*` events, into a new shard generation.
 
-No LLM call: the facts are in the log. Each `longterm.retained`/`updated` event sets a fact's
-text (by its memory id), each `longterm.deleted` removes it, a `user.erased` removes the end
-user's; replayed in log order they give the live facts, whose texts are embedded with the
-token's Mem0 embedder into the target shard (`mem0:<model>@g<n>`) through a Mem0 instance the
-pool does not keep. The points are what Mem0 itself writes (`points`): same ids, `data`, `hash`,
-`user_id`, times, the turn's event id — so Mem0's search, update and delete work on the rebuilt
-shard as before. Every state is absolute (a text, or gone), so replaying any suffix of the log
-again is harmless: the job checkpoints after every page and resumes there.
+No LLM call: the facts are in the log. Each `longterm.retained`/`updated`/`restored` event sets
+a fact's text (by its memory id), each `longterm.deleted`/`merged`/`superseded` removes it, a
+`user.erased` removes the end user's; replayed in log order they give the live facts, whose
+texts are embedded with the token's Mem0 embedder into the target shard (`mem0:<model>@g<n>`)
+through a Mem0 instance the pool does not keep. The points are what Mem0 itself writes
+(`points`): same ids, `data`, `hash`, `user_id`, times, the turn's event id — so Mem0's search,
+update and delete work on the rebuilt shard as before. Every state is absolute (a text, or
+gone), so replaying any suffix of the log again is harmless: the job checkpoints after every
+page and resumes there.
 
 Meanwhile Mem0 keeps reading and writing the active shard, and each of its changes lands in the
 log; after the switch a last pass replays what came after the checkpoint, and another one after
@@ -49,7 +50,12 @@ FACT_TYPES = (
     EventType.LONGTERM_RETAINED.value,
     EventType.LONGTERM_UPDATED.value,
     EventType.LONGTERM_DELETED.value,
+    EventType.LONGTERM_MERGED.value,
+    EventType.LONGTERM_SUPERSEDED.value,
+    EventType.LONGTERM_RESTORED.value,
 )
+# A merged or superseded fact leaves the live facts (its words stay in its event).
+_GONE = (EventType.LONGTERM_DELETED, EventType.LONGTERM_MERGED, EventType.LONGTERM_SUPERSEDED)
 _REPLAYED = (*FACT_TYPES, EventType.USER_ERASED.value)
 
 
@@ -81,12 +87,15 @@ def fold(events: list[StoredEvent]) -> Changes:
         memory_id, user, text = data.get("memory_id"), data.get("user"), data.get("text")
         if not isinstance(memory_id, str) or not isinstance(user, str):
             continue  # content erased: nothing to restore
-        if event.type == EventType.LONGTERM_DELETED or not isinstance(text, str):
+        if event.type in _GONE or not isinstance(text, str):
             facts[memory_id] = None
             continue
         before = facts.get(memory_id)
         if event.type == EventType.LONGTERM_RETAINED:
             created: str | None = when
+        elif event.type == EventType.LONGTERM_RESTORED:
+            learned = data.get("created_at")  # a restored fact keeps its first date
+            created = learned if isinstance(learned, str) else None
         else:
             created = before.created_at if before is not None else None
         source = data.get("source_event_id")

@@ -23,12 +23,16 @@ CLASSES: dict[str, tuple[EventType, ...]] = {
         EventType.LONGTERM_RETAINED,
         EventType.LONGTERM_UPDATED,
         EventType.LONGTERM_DELETED,
+        EventType.LONGTERM_MERGED,
+        EventType.LONGTERM_SUPERSEDED,
+        EventType.LONGTERM_RESTORED,
     ),
     "sessions": (
         EventType.SESSION_STARTED,
         EventType.SESSION_APPENDED,
         EventType.SESSION_COMPACTED,
         EventType.SESSION_DELETED,
+        EventType.SESSION_SUMMARISED,
     ),
 }
 CLASS_OF: dict[str, str] = {str(t): name for name, types in CLASSES.items() for t in types}

@@ -29,6 +29,7 @@ from memory_bridge.http.services import Services, services_of
 from memory_bridge.jobs.wiring import create_worker
 from memory_bridge.lifecycle.import_staging import sweep_stale
 from memory_bridge.settings import Settings
+from memory_bridge.sources import summaries
 from memory_bridge.sources.services import open_memory_services
 from memory_bridge.storage.console_sessions import ConsoleSessions
 from memory_bridge.storage.health import StorageHealth
@@ -42,7 +43,7 @@ log = logging.getLogger(__name__)
 def load_templates(settings: Settings) -> dict[str, MemoryTemplate]:
     """Every language's template, read up front: a missing one stops the server before it
     binds."""
-    return {lang: load_template(settings.template_path(lang)) for lang in TEMPLATE_LANGUAGES}
+    return {lang: load_template(settings.template_path(lang), lang) for lang in TEMPLATE_LANGUAGES}
 
 
 class _EdgeFirst(FastAPI):
@@ -80,7 +81,9 @@ async def running_services(settings: Settings) -> AsyncIterator[Services]:
     )
     upstream = Upstream(llm_session, settings.forwarded_header_names)
     health = StorageHealth()
-    recorder = TurnRecorder(memory.db, settings.max_stored_message_bytes)
+    # A turn's summary job is due once its session has been idle that long (sources.summaries).
+    delays = {summaries.CONSUMER: settings.summary_idle_seconds}
+    recorder = TurnRecorder(memory.db, settings.max_stored_message_bytes, delays)
     worker = create_worker(memory) if settings.serve_worker else None
     if worker is not None:
         recorder.on_enqueued(worker.wake)

@@ -29,6 +29,9 @@ class Recall:
 
     source: str
     memories: tuple[str, ...] = ()  # items for the template's {memories} block
+    # When each of `memories` was said or learned (epoch seconds; None: unknown), in the same
+    # order; empty when the source dates none of them. The forge fills it from candidates.
+    dates: tuple[float | None, ...] = ()
     system_blocks: tuple[str, ...] = ()  # labelled blocks appended to the system prompt
     reference: Message | None = None  # an ephemeral message placed before history
     history: tuple[Message, ...] = ()  # stored conversation, oldest first

@@ -21,8 +21,10 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 from memory_bridge.core.blocking import BlockingExecutor
 from memory_bridge.core.candidates import Candidate
@@ -47,6 +49,30 @@ PREFETCH = 50
 MAX_QUERY_CHARS = 4000
 MAX_TEXT_CHARS = 8000
 _IDS = uuid.UUID("6f1d0c36-64c1-4a57-9a38-1d2b58e0b8a5")
+
+
+SUMMARY = "summary"  # a point's `extra.type` when it is a session summary
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryPoint:
+    """A session summary (`session.summarised`) as the episodic index keeps it."""
+
+    token_id: int
+    user: str
+    session: str
+    summary_id: str  # the summary event's id
+    text: str
+    covers: tuple[str, ...]  # the `session.appended` event ids it summarises
+    created_at: float  # when the last covered turn was stored
+
+
+def _summary_lineage(extra: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """A summary's lineage for the forge: its type and the turns (event ids) it covers."""
+    covers = extra.get("covers")
+    if extra.get("type") != SUMMARY or not isinstance(covers, list):
+        return []
+    return [("type", SUMMARY), ("covers", ",".join(str(c) for c in covers))]
 
 
 class EpisodicMemory:
@@ -154,6 +180,7 @@ class EpisodicMemory:
                     for k, v in (
                         ("event_id", hit.payload.event_id),
                         ("session", hit.payload.session),
+                        *_summary_lineage(hit.payload.extra),
                     )
                     if v
                 },
@@ -237,6 +264,37 @@ class EpisodicMemory:
             )
             if found is not None:
                 await self._executor.run(partial(found.delete, ids))
+
+    async def index_summary(self, config: TokenConfig, summary: SummaryPoint) -> None:
+        """A session summary indexed beside the turns it covers, recalled like them."""
+        spec = self._spec(config)
+        if spec is None:
+            return
+        plan = await self.plan(summary.token_id, spec, fresh=True)
+        async with asyncio.timeout(self._store_timeout):
+            await self.index_summary_into(summary, plan.writes)
+
+    async def index_summary_into(
+        self, summary: SummaryPoint, targets: Sequence[ShardTarget]
+    ) -> None:
+        for target in targets:
+            (vector,) = await self._embedders.embed(target.spec, [summary.text])
+            point = VectorPoint(
+                id=str(uuid.uuid5(_IDS, f"summary:{summary.summary_id}")),
+                dense=vector or None,
+                payload=PointPayload(
+                    user=summary.user,
+                    kind=KIND,
+                    text=summary.text,
+                    session=summary.session,
+                    event_id=summary.summary_id,
+                    created_at=summary.created_at,
+                    extra={"type": SUMMARY, "covers": list(summary.covers)},
+                ),
+                index_text=summary.text,
+            )
+            index = await self._index(summary.token_id, target)
+            await self._executor.run(partial(index.upsert, [point]))
 
     async def _index(self, token_id: int, target: ShardTarget) -> VectorIndex:
         return await self._executor.run(

@@ -41,6 +41,8 @@ from pydantic import (
 
 from memory_bridge.tenancy.errors import TokenConfigError
 from memory_bridge.tenancy.forge_config import ForgeConfig, Placement, parse_forge, parse_placement
+from memory_bridge.tenancy.longterm_config import DEFAULT as LONGTERM_DEFAULT
+from memory_bridge.tenancy.longterm_config import LongTermConfig, parse_longterm
 
 __all__ = [
     "DEFAULT_SCOPE",
@@ -81,7 +83,13 @@ _GATEWAY_KEYS = {
     "top_k": "topK",
     "timeout_seconds": "timeoutSeconds",
 }
-_MEMORY_KEYS = {"mode": "mode", "gateway": "gateway", "placement": "placement", "forge": "forge"}
+_MEMORY_KEYS = {
+    "mode": "mode",
+    "gateway": "gateway",
+    "placement": "placement",
+    "forge": "forge",
+    "longterm": "longterm",
+}
 _CREDENTIALS = ("base_url", "user_id", "user_key")
 
 
@@ -178,6 +186,7 @@ class MemoryConfig(BaseModel):
     gateway: GatewayConfig | None = None
     placement: Placement = "stable"
     forge: ForgeConfig | None = None  # None: the server's defaults
+    longterm: LongTermConfig = LONGTERM_DEFAULT
 
     @model_validator(mode="after")
     def _curated_has_no_gateway(self) -> MemoryConfig:
@@ -237,8 +246,11 @@ def parse_memory_config(raw: object) -> MemoryConfig:
         values.get("placement"), f"memory.{spelled.get('placement', 'placement')}"
     )
     forge = parse_forge(values.get("forge"), f"memory.{spelled.get('forge', 'forge')}", _normalize)
+    longterm = parse_longterm(values.get("longterm"), "memory.longterm", _normalize)
     if mode in ("curated", "off"):
-        return MemoryConfig(mode=mode, explicit=True, placement=placement, forge=forge)
+        return MemoryConfig(
+            mode=mode, explicit=True, placement=placement, forge=forge, longterm=longterm
+        )
     explicit = mode == "hybrid"
 
     block = values.get("gateway")
@@ -246,7 +258,7 @@ def parse_memory_config(raw: object) -> MemoryConfig:
     if block is None:
         if explicit:
             raise TokenConfigError(prefix, "required when mode is 'hybrid'")
-        return MemoryConfig(placement=placement, forge=forge)
+        return MemoryConfig(placement=placement, forge=forge, longterm=longterm)
     if not isinstance(block, dict):
         raise TokenConfigError(prefix, "must be a JSON object")
     gw, gw_spelled = _normalize(block, _GATEWAY_KEYS, prefix)
@@ -266,9 +278,13 @@ def parse_memory_config(raw: object) -> MemoryConfig:
         # Validate what was given; stand-ins fill the missing credentials and are discarded.
         stand_ins = {"base_url": "http://unset", "user_id": "unset", "user_key": "unset"}
         _validate_gateway({**stand_ins, **gw}, field)
-        return MemoryConfig(explicit=False, placement=placement, forge=forge)
+        return MemoryConfig(explicit=False, placement=placement, forge=forge, longterm=longterm)
     return MemoryConfig(
-        explicit=explicit, gateway=_validate_gateway(gw, field), placement=placement, forge=forge
+        explicit=explicit,
+        gateway=_validate_gateway(gw, field),
+        placement=placement,
+        forge=forge,
+        longterm=longterm,
     )
 
 

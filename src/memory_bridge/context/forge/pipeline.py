@@ -17,6 +17,7 @@ from typing import Any
 
 from memory_bridge.context.forge.rank import RankWeights, rank
 from memory_bridge.context.forge.select import SelectRules, select
+from memory_bridge.context.forge.summarised import drop_summarised
 from memory_bridge.context.forge.trace import build
 from memory_bridge.core.candidates import Candidate, Outcome
 from memory_bridge.core.messages import Message
@@ -80,21 +81,30 @@ def forge(
     in_prompt = [m.text() for r in recalls for m in r.history] + [m.text() for m in request]
     outcomes: list[Outcome] = []
     if candidates:
-        ranked = rank(candidates, forge_rules.weights, now)
+        ranked, summarised = drop_summarised(rank(candidates, forge_rules.weights, now))
         outcomes = select(ranked, forge_rules.rules, count_tokens, in_prompt)
-    kept: dict[str, list[str]] = {}
+        outcomes = sorted([*outcomes, *summarised], key=lambda o: o.scored.rank)
+    kept: dict[str, list[Candidate]] = {}
     for outcome in outcomes:
         if outcome.kept:
             c = outcome.scored.candidate
-            kept.setdefault(c.source, []).append(c.text)
+            kept.setdefault(c.source, []).append(c)
     forged = [
-        dataclasses.replace(r, memories=tuple(kept.get(r.source, ())), candidates=())
-        if (r.memories or r.candidates)
-        else r
-        for r in recalls
+        _kept(r, kept.get(r.source, [])) if (r.memories or r.candidates) else r for r in recalls
     ]
     trace = build(outcomes, _blocks(recalls, count_tokens), forge_rules.rules.budget_tokens)
     return Forged(forged, trace, tuple(o for o in outcomes if o.kept))
+
+
+def _kept(recall: Recall, kept: Sequence[Candidate]) -> Recall:
+    """A source's recall reduced to what the forge kept, each item with its date."""
+    dates = tuple(c.created_at for c in kept)
+    return dataclasses.replace(
+        recall,
+        memories=tuple(c.text for c in kept),
+        dates=dates if any(d is not None for d in dates) else (),
+        candidates=(),
+    )
 
 
 def _blocks(recalls: Sequence[Recall], count_tokens: Callable[[str], int]) -> list[dict[str, Any]]:

@@ -60,7 +60,7 @@ def recency(created_at: float | None, now: float, half_life_days: float) -> floa
 
 
 def rank(candidates: Sequence[Candidate], weights: RankWeights, now: float) -> list[Scored]:
-    """Candidates scored and sorted best first (ties: by source and id, so stable)."""
+    """Candidates scored and sorted best first (ties: newer first, then by source and id)."""
     # The recency and importance terms are scaled to the fused scores' range: a first place in
     # both lists is worth 2/61; recency can move an item by a fraction of that, not more.
     scale = (weights.dense + weights.sparse) / (RRF_K + 1)
@@ -74,5 +74,16 @@ def rank(candidates: Sequence[Candidate], weights: RankWeights, now: float) -> l
             + weights.importance * scale * (candidate.importance or 0.0)
         )
         scored.append(Scored(candidate, fused, fresh, final))
-    scored.sort(key=lambda s: (-s.final, s.candidate.source, s.candidate.id))
+    # On equal scores the newer item first (then by source and id, so stable).
+    scored.sort(key=_order)
     return [Scored(s.candidate, s.fused, s.recency, s.final, i) for i, s in enumerate(scored, 1)]
+
+
+def _order(s: Scored) -> tuple[float, float, str, str]:
+    created = s.candidate.created_at
+    return (
+        -s.final,
+        -created if created is not None else math.inf,
+        s.candidate.source,
+        s.candidate.id,
+    )

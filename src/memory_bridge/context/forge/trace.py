@@ -21,6 +21,7 @@ def item(outcome: Outcome) -> dict[str, Any]:
         "id": c.id,
         "digest": c.digest,
         "text": c.text[:MAX_TEXT],
+        "date": c.day,
         "rank": scored.rank,
         "scores": {
             "dense": c.dense_score,

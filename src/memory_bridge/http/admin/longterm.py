@@ -1,4 +1,5 @@
-"""Admin API for a token's long-term memories (Mem0): list, search, get, delete.
+"""Admin API for a token's long-term memories (Mem0): list, search, get, delete; the facts
+consolidation superseded (`include=superseded`) and their restore.
 
 `user` selects a namespace: absent → every namespace of the token; `user=` (empty) → the
 token-wide memories (requests without an end user); `user=alice` → that end user's.
@@ -9,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
@@ -27,6 +28,7 @@ from memory_bridge.http.admin.schemas import (
 from memory_bridge.http.services import services_of
 from memory_bridge.lifecycle.forget import delete_facts
 from memory_bridge.sources.longterm import config as mem0_config
+from memory_bridge.sources.longterm.consolidator import Consolidator
 from memory_bridge.sources.longterm.points import StoredMemory
 from memory_bridge.sources.longterm.source import LayerOff, LongTermMemory
 from memory_bridge.storage.tokens import TokenStore
@@ -108,17 +110,41 @@ async def list_memories(
     user: UserParam = None,
     limit: Annotated[int, Query(ge=1, le=1000, description="Page size.")] = 100,
     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET, description="Items to skip.")] = 0,
+    include: Annotated[
+        Literal["superseded"] | None,
+        Query(description="`superseded`: also the facts newer ones superseded."),
+    ] = None,
 ) -> dict[str, Any]:
     config = await _config(request, token_id)
+    longterm = _longterm(request)
     with _errors_mapped(token_id, config):
-        found = await _longterm(request).list_memories(token_id, config, user)
+        found = await longterm.list_memories(token_id, config, user)
     page = found[offset : offset + limit]
-    return {
+    out: dict[str, Any] = {
         "data": [_item(token_id, m) for m in page],
         "total": len(found),
         "limit": limit,
         "offset": offset,
     }
+    if include == "superseded":
+        out["superseded"] = await longterm.facts.superseded_facts(token_id, user)
+    return out
+
+
+@router.post("/{memory_id:uuid}/restore", response_model=MemoryItem)
+async def restore_memory(request: Request, token_id: TokenId, memory_id: MemoryId) -> Any:
+    """Put a superseded fact back among the live ones (a `longterm.restored` event)."""
+    config = await _config(request, token_id)
+    longterm = _longterm(request)
+    with _errors_mapped(token_id, config):
+        restored = await Consolidator(longterm).restore(token_id, config, str(memory_id))
+        found = await longterm.get(token_id, config, str(memory_id)) if restored else None
+    if found is None:
+        raise ProxyError(
+            404, "not_found_error", f"No superseded memory {memory_id} for token {token_id}."
+        )
+    log.info("token %d: long-term memory %s restored", token_id, memory_id)
+    return _item(token_id, found)
 
 
 @router.get("/search", response_model=MemoryHits, response_model_exclude_unset=True)

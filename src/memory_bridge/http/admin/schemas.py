@@ -145,11 +145,37 @@ class MemoryItem(BaseModel):
     score: float | None = Field(default=None, description="Search results only.")
 
 
+class SupersededBy(BaseModel):
+    id: str | None = None
+    text: str | None = None
+    learned_at: str | None = None
+
+
+class SupersededVersion(BaseModel):
+    event: str
+    at: str
+    by_id: str | None = None
+
+
+class SupersededMemory(BaseModel):
+    """A fact a newer one superseded (consolidation): never recalled, restorable."""
+
+    id: str
+    user: str | None = None
+    text: str | None = None
+    learned_at: str | None = None
+    superseded_at: str
+    superseded_by: SupersededBy
+    history: list[SupersededVersion]
+
+
 class MemoryPage(BaseModel):
     data: list[MemoryItem]
     total: int
     limit: int
     offset: int
+    # With `include=superseded`: the facts superseded and not restored since.
+    superseded: list[SupersededMemory] | None = None
 
 
 class MemoryHits(BaseModel):

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from memory_bridge.context.forge.pipeline import Forged
+from memory_bridge.context.template import block_order
 from memory_bridge.core.messages import Message
 from memory_bridge.core.turn import Scope, Turn
 from memory_bridge.http.mcp.schemas import AddArgs, DeleteArgs, ListArgs, ProfileArgs, SearchArgs
@@ -92,9 +93,12 @@ def search_items(forged: Forged, limit: int) -> list[dict[str, Any]]:
                         "date": _date(c.created_at),
                         "score": round(outcome.scored.final, 6),
                         "rank": outcome.scored.rank,
+                        "_at": c.created_at,
                     }
                 )
-    items.extend(ranked[:limit])
+    chosen = ranked[:limit]
+    # Listed as the memory block lists them: undated first, then dated ones oldest first.
+    items.extend(chosen[i] for i in block_order([item.pop("_at") for item in chosen]))
     for recall in forged.recalls:
         if recall.reference is not None:
             text = recall.reference.text()

@@ -14,19 +14,21 @@ fact's words are not kept on purpose). Never a vector, never a secret.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, select
 
 from memory_bridge.events import log as event_log
-from memory_bridge.events.model import EventType, NewEvent, longterm_aggregate
+from memory_bridge.events import queue
+from memory_bridge.events.model import EventType, NewEvent, StoredEvent, longterm_aggregate
 from memory_bridge.sources.longterm.config import end_user
 from memory_bridge.sources.longterm.points import StoredMemory
 from memory_bridge.storage.db import Database
+from memory_bridge.storage.tables import jobs
 
-__all__ = ["FactChange", "FactLog"]
+__all__ = ["CONSUMER", "FactChange", "FactLog", "enqueue_after"]
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +37,29 @@ _TYPES = {
     "UPDATE": EventType.LONGTERM_UPDATED,
     "DELETE": EventType.LONGTERM_DELETED,
 }
+
+
+CONSUMER = "consolidation"
+
+
+def enqueue_after(token_id: int, user: str, event_id: str) -> Callable[[Connection], None]:
+    """What enqueues a turn's consolidation job, run in its facts' transaction (once: a retry
+    of the extraction logs its facts again but finds the job there)."""
+
+    def then(conn: Connection) -> None:
+        found = conn.execute(
+            select(jobs.c.id).where(jobs.c.event_id == event_id, jobs.c.consumer == CONSUMER)
+        ).first()
+        if found is None:
+            # One end user's consolidations run one at a time, in order.
+            order_key = longterm_aggregate(token_id, user, CONSUMER)
+            queue.enqueue(conn, event_id, token_id, order_key, [CONSUMER])
+
+    return then
+
+
+# The consolidation events one listing of superseded facts reads, at most (a bounded answer).
+MAX_LISTED = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,9 +93,11 @@ class FactLog:
         removed: Sequence[StoredMemory],
         source_event_id: str,
         embed_model: str,
+        then: Callable[[Connection], None] | None = None,
     ) -> int:
         """A turn's add: what an earlier attempt wrote and this one removed, then the add's
-        own changes. Returns how many events were appended."""
+        own changes. Returns how many events were appended. `then` runs in the same
+        transaction (the consolidation job is enqueued with the events it will read)."""
         events = [
             _deleted(token_id, memory.id, user, source_event_id, "replaced_by_retry")
             for memory in removed
@@ -90,7 +117,7 @@ class FactLog:
             }
             aggregate = longterm_aggregate(token_id, user, change.id)
             events.append(NewEvent(kind, aggregate, payload, embed_model=embed_model))
-        return await self._append(token_id, events)
+        return await self._append(token_id, events, then)
 
     async def deleted(self, token_id: int, memories: Sequence[StoredMemory], reason: str) -> int:
         """Facts deleted by an operator (one, an end user's, or the token's)."""
@@ -112,12 +139,40 @@ class FactLog:
         event = NewEvent(EventType.LONGTERM_UPDATED, aggregate, payload, embed_model=embed_model)
         return await self._append(token_id, [event])
 
-    async def _append(self, token_id: int, events: list[NewEvent]) -> int:
+    async def consolidated(self, token_id: int, events: list[NewEvent]) -> int:
+        """Merges, supersessions and restores (`consolidation`)."""
+        return await self._append(token_id, events)
+
+    async def superseded_facts(self, token_id: int, user: str | None) -> list[dict[str, Any]]:
+        """The facts superseded and not restored since (of one end user, or every one), each
+        with its history of versions: when it was learned, superseded and restored."""
+        if self._db is None:
+            return []
+        kinds = (EventType.LONGTERM_SUPERSEDED, EventType.LONGTERM_RESTORED)
+
+        def work(conn: Connection) -> list[StoredEvent]:
+            return event_log.read(conn, token_id=token_id, types=kinds, limit=MAX_LISTED)
+
+        by_id: dict[str, list[StoredEvent]] = {}
+        for event in await self._db.run(work):
+            if user is None or event.payload.get("user") == user:
+                by_id.setdefault(str(event.payload.get("memory_id")), []).append(event)
+        return [_superseded(h) for h in by_id.values() if h[-1].type == kinds[0]]
+
+    async def _append(
+        self,
+        token_id: int,
+        events: list[NewEvent],
+        then: Callable[[Connection], None] | None = None,
+    ) -> int:
         if self._db is None or not events:
             return 0
 
         def work(conn: Connection) -> int:
-            return len(event_log.append(conn, token_id, events))
+            count = len(event_log.append(conn, token_id, events))
+            if then is not None:
+                then(conn)  # in the same transaction: both or neither
+            return count
 
         return await event_log.write_appending(self._db, work)
 
@@ -134,6 +189,26 @@ def _deleted(
     return NewEvent(
         EventType.LONGTERM_DELETED, longterm_aggregate(token_id, user, memory_id), payload
     )
+
+
+def _superseded(history: list[StoredEvent]) -> dict[str, Any]:
+    last = history[-1].payload
+    return {
+        "id": last.get("memory_id"),
+        "user": last.get("user"),
+        "text": last.get("text"),
+        "learned_at": last.get("created_at"),
+        "superseded_at": history[-1].created_at.isoformat(),
+        "superseded_by": {
+            "id": last.get("by_id"),
+            "text": last.get("by_text"),
+            "learned_at": last.get("by_created_at"),
+        },
+        "history": [
+            {"event": e.type, "at": e.created_at.isoformat(), "by_id": e.payload.get("by_id")}
+            for e in history
+        ],
+    }
 
 
 def _user(token_id: int, namespace: str) -> str:

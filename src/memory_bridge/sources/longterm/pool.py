@@ -164,6 +164,12 @@ class Mem0Pool:
 
         return await self._call(spec, run, write=True)
 
+    async def with_memory(
+        self, spec: Mem0Spec, fn: Callable[[Any], T], *, write: bool = False
+    ) -> T:
+        """`fn` on the token's Mem0 instance, in the pool's threads (consolidation's steps)."""
+        return await self._call(spec, fn, write=write)
+
     async def get(self, spec: Mem0Spec, memory_id: str) -> StoredMemory | None:
         if not _is_uuid(memory_id):
             return None

@@ -16,13 +16,15 @@ import asyncio
 import logging
 import weakref
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from functools import partial
 
+from memory_bridge.core.candidates import Candidate
 from memory_bridge.core.turn import Turn
 from memory_bridge.sources.base import Exchange, OnRecallFailure, Recall
 from memory_bridge.sources.failures import RecallFailed, classify
 from memory_bridge.sources.longterm import config as mem0_config
-from memory_bridge.sources.longterm.events import FactLog
+from memory_bridge.sources.longterm.events import FactLog, enqueue_after
 from memory_bridge.sources.longterm.points import EVENT_ID_KEY, StoredMemory
 from memory_bridge.sources.longterm.pool import Mem0Pool
 from memory_bridge.sources.longterm.shards import resolve
@@ -96,7 +98,7 @@ class LongTermMemory:
                 scrub(exc, secrets) or "timed out",
             )
             raise RecallFailed(self.name, cause) from exc
-        return Recall(source=self.name, memories=tuple(m.text for m in found if m.text))
+        return Recall(source=self.name, candidates=_candidates(self.name, found))
 
     async def remember(self, exchange: Exchange) -> None:
         turn = exchange.turn
@@ -108,9 +110,7 @@ class LongTermMemory:
             return
         spec = await self._spec(turn.scope.token_id, config, fresh=True)
         ns = mem0_config.namespace(turn.scope.token_id, turn.scope.user)
-        lock = self._add_locks.get(ns)
-        if lock is None:
-            lock = self._add_locks[ns] = asyncio.Lock()
+        lock = self.namespace_lock(ns)
         async with asyncio.timeout(self._store_timeout):
             await lock.acquire()
             # The namespace is held until the write has really ended, not until we stop
@@ -141,13 +141,16 @@ class LongTermMemory:
         )
         if removed:
             log.info("long-term memory: %d memory(ies) of an earlier attempt removed", len(removed))
+        user = exchange.turn.scope.user
+        consolidate = exchange.turn.config.memory_config.longterm.consolidation != "off"
+        stored = any(change.event in ("ADD", "UPDATE") for change in changes)
+        then = (
+            enqueue_after(spec.token_id, user, exchange.event_id)
+            if consolidate and stored and exchange.event_id
+            else None
+        )
         await self.facts.turn(
-            spec.token_id,
-            exchange.turn.scope.user,
-            changes,
-            removed,
-            exchange.event_id,
-            spec.model_id,
+            spec.token_id, user, changes, removed, exchange.event_id, spec.model_id, then
         )
         return sum(1 for change in changes if change.event == "ADD")
 
@@ -242,6 +245,17 @@ class LongTermMemory:
             await self.facts.deleted(token_id, gone, reason)
         return gone
 
+    def namespace_lock(self, ns: str) -> asyncio.Lock:
+        """What one namespace's writes (an add, a consolidation) take in turn."""
+        lock = self._add_locks.get(ns)
+        if lock is None:
+            lock = self._add_locks[ns] = asyncio.Lock()
+        return lock
+
+    async def write_spec(self, token_id: int, config: TokenConfig) -> mem0_config.Mem0Spec:
+        """The token's spec for a write (its active generation read afresh)."""
+        return await self._spec(token_id, config, fresh=True)
+
     async def _spec(
         self, token_id: int, config: TokenConfig, *, fresh: bool = False
     ) -> mem0_config.Mem0Spec:
@@ -271,6 +285,34 @@ def _to_add(exchange: Exchange) -> list[dict[str, str]]:
     messages = [{"role": "user", "content": text[:MAX_STORED_CHARS]} for text in users]
     messages.append({"role": "assistant", "content": reply.content[:MAX_STORED_CHARS]})
     return messages
+
+
+def _candidates(source: str, found: Sequence[StoredMemory]) -> tuple[Candidate, ...]:
+    """Mem0's hits in its order (one dense list), each dated by when it was last learned."""
+    return tuple(
+        Candidate(
+            source=source,
+            id=m.id,
+            text=m.text,
+            dense_rank=rank,
+            dense_score=m.score,
+            created_at=_epoch(m.updated_at or m.created_at),
+        )
+        for rank, m in enumerate((m for m in found if m.text), 1)
+    )
+
+
+def _epoch(when: str | None) -> float | None:
+    """Mem0's ISO timestamp as epoch seconds (naive: UTC); None when absent or unreadable."""
+    if not when:
+        return None
+    try:
+        parsed = datetime.fromisoformat(when)
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.timestamp()
 
 
 def _written(lock: asyncio.Lock, task: asyncio.Task[int]) -> None:
