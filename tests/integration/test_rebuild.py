@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.fakes.upstream import FakeUpstream, Scenario
-from tests.integration.longterm_support import forwarded_recall, memory_fields, wait_until
+from tests.support.longterm_support import forwarded_recall, memory_fields, wait_until
 from tests.support.proxy import Proxy, start_proxy
 
 FACTS = (
