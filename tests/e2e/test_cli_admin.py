@@ -15,7 +15,7 @@ import openai
 import pytest
 
 from tests.fakes.upstream import DEFAULT_REPLY, FakeUpstream
-from tests.integration.chat_helpers import closed_port_url
+from tests.support.chat_helpers import closed_port_url
 from tests.support.loopback import LoopbackServer
 from tests.support.serve import ServeProcess, init_data_dir, serve_env
 

@@ -17,7 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.console_support import (
+from tests.fakes.upstream import Scenario, extract_user_facts
+from tests.support.console_support import (
     HOSTILE_CHAT,
     HOSTILE_CURATED,
     METRICS_TOKEN,
@@ -31,8 +32,7 @@ from tests.e2e.console_support import (
     metrics_now,
     needs_chromium,
 )
-from tests.fakes.upstream import Scenario, extract_user_facts
-from tests.integration.longterm_support import memory_fields, wait_until
+from tests.support.longterm_support import memory_fields, wait_until
 from tests.support.proxy import UPSTREAM_KEY
 
 pytestmark = needs_chromium

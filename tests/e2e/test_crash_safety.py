@@ -45,7 +45,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.jobs_support import (
+from tests.fakes.gateway import FakeGateway
+from tests.fakes.upstream import DEFAULT_REPLY, FakeUpstream, Scenario
+from tests.support.hybrid_memory_support import gateway_memory
+from tests.support.jobs_support import (
     OPEN,
     JobRow,
     StoredTurn,
@@ -57,10 +60,7 @@ from tests.e2e.jobs_support import (
     stored_turns,
     wait_drained,
 )
-from tests.fakes.gateway import FakeGateway
-from tests.fakes.upstream import DEFAULT_REPLY, FakeUpstream, Scenario
-from tests.integration.hybrid_memory_support import gateway_memory
-from tests.integration.longterm_support import memory_fields
+from tests.support.longterm_support import memory_fields
 from tests.support.loopback import LoopbackServer
 from tests.support.proxy import UPSTREAM_KEY
 from tests.support.serve import ServeProcess, init_data_dir, serve_env

@@ -40,10 +40,10 @@ import asyncpg  # type: ignore[import-untyped]
 import httpx
 import pytest
 
-from tests.e2e.jobs_support import assert_gateway_sessions, poll
 from tests.fakes.gateway import FakeGateway
-from tests.integration.hybrid_memory_support import gateway_memory
 from tests.support.databases import fresh_postgres_url, needs_postgres
+from tests.support.hybrid_memory_support import gateway_memory
+from tests.support.jobs_support import assert_gateway_sessions, poll
 from tests.support.loopback import LoopbackServer
 from tests.support.serve import (
     STOP_TIMEOUT,

@@ -33,7 +33,7 @@ from typing import BinaryIO
 import httpx
 import pytest
 
-from tests.e2e.jobs_support import read_only
+from tests.support.jobs_support import read_only
 from tests.support.serve import ServeProcess, init_data_dir, serve_env, start_bench_upstream
 
 TMPFS_SIZE = "3m"

@@ -27,9 +27,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.jobs_support import poll, read_only
 from tests.fakes.gateway import FakeGateway
-from tests.integration.hybrid_memory_support import gateway_memory
+from tests.support.hybrid_memory_support import gateway_memory
+from tests.support.jobs_support import poll, read_only
 from tests.support.loopback import LoopbackServer
 from tests.support.serve import (
     STOP_TIMEOUT,

@@ -8,8 +8,8 @@ import pytest
 
 from tests.fakes.gateway import FakeGateway
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.hybrid_memory_support import Served
 from tests.support.databases import fresh_postgres_url, needs_postgres
+from tests.support.hybrid_memory_support import Served
 from tests.support.loopback import LoopbackServer
 from tests.support.proxy import Proxy, start_proxy
 

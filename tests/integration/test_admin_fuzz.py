@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 
 from memory_bridge.http.admin.schemas import MAX_DB_ID
 from memory_bridge.server.app import create_app
-from tests.integration.longterm_support import chat, memories, memory_fields, wait_until
 from tests.support.admin_routers import admin_operations
+from tests.support.longterm_support import chat, memories, memory_fields, wait_until
 from tests.support.proxy import Proxy, make_settings, start_proxy
 
 EXAMPLES = 30  # generated requests per operation and generation mode, beyond the fixed phases

@@ -22,8 +22,8 @@ import pytest
 
 from tests.fakes.gateway import FakeGateway
 from tests.fakes.upstream import FakeUpstream, Scenario
-from tests.integration.hybrid_memory_support import USER_KEY, db_rows, gateway_memory
-from tests.integration.longterm_support import (
+from tests.support.hybrid_memory_support import USER_KEY, db_rows, gateway_memory
+from tests.support.longterm_support import (
     EMBED_KEY,
     MEMORY_LLM_KEY,
     Running,

@@ -12,7 +12,7 @@ from typing import Any
 from memory_bridge.events.log import rebuild_projections
 from memory_bridge.storage.db import create_engine
 from tests.fakes.upstream import FakeUpstream, Scenario
-from tests.integration.chat_helpers import assistant, injected, user
+from tests.support.chat_helpers import assistant, injected, user
 from tests.support.proxy import Proxy
 
 ODD_SESSION = "chat/42?x=1 & more"  # any printable id: a query parameter, not a path segment

@@ -24,8 +24,8 @@ from memory_bridge.tenancy.encryption import SEALED_PREFIX, read_key_file
 from memory_bridge.tenancy.private_files import write_private
 from memory_bridge.tenancy.secrets import digest
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.hybrid_memory_support import Served
-from tests.integration.longterm_support import memory_fields
+from tests.support.hybrid_memory_support import Served
+from tests.support.longterm_support import memory_fields
 from tests.support.loopback import LoopbackServer
 from tests.support.proxy import REPO, Proxy, make_settings
 

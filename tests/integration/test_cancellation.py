@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from tests.fakes.upstream import FakeUpstream, Scenario
-from tests.integration.chat_helpers import auth, last_messages, user
+from tests.support.chat_helpers import auth, last_messages, user
 from tests.support.proxy import Proxy
 
 MODEL = "gpt-4o-mini"

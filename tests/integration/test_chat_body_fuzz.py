@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.chat_helpers import auth, stored_rows, user
+from tests.support.chat_helpers import auth, stored_rows, user
 from tests.support.proxy import Proxy, start_proxy
 
 

@@ -10,7 +10,7 @@ import openai
 import pytest
 
 from tests.fakes.upstream import FakeUpstream, Scenario, ToolCall
-from tests.integration.chat_helpers import (
+from tests.support.chat_helpers import (
     assistant,
     closed_port_url,
     injected,

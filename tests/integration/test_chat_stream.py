@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from tests.fakes.upstream import FakeUpstream, Scenario, ToolCall
-from tests.integration.chat_helpers import (
+from tests.support.chat_helpers import (
     assistant,
     injected,
     last_messages,

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.chat_helpers import auth, user
+from tests.support.chat_helpers import auth, user
 from tests.support.proxy import Proxy, start_proxy
 
 MODEL = "gpt-4o-mini"

@@ -12,8 +12,8 @@ from typer.testing import CliRunner, Result
 
 from memory_bridge.cli.main import SENTINEL_DONE, cli
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.chat_helpers import closed_port_url
-from tests.integration.longterm_support import memory_fields
+from tests.support.chat_helpers import closed_port_url
+from tests.support.longterm_support import memory_fields
 from tests.support.proxy import UPSTREAM_KEY, Proxy
 
 

@@ -13,8 +13,8 @@ import openai
 import pytest
 
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.chat_helpers import closed_port_url
-from tests.integration.longterm_support import (
+from tests.support.chat_helpers import closed_port_url
+from tests.support.longterm_support import (
     EMBED_KEY,
     MEMORY_LLM_KEY,
     chat,

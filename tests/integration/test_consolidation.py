@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from tests.fakes.upstream import FakeUpstream, Scenario, extract_user_facts
-from tests.integration.longterm_support import (
+from tests.support.longterm_support import (
     Running,
     forwarded_recall,
     memory_block,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.longterm_support import (
+from tests.support.longterm_support import (
     EMBED_KEY,
     MEMORY_LLM_KEY,
     memory_fields,

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 
 from tests.fakes.upstream import FakeUpstream, Scenario
-from tests.integration.longterm_support import forwarded_recall, memory_fields, wait_until
+from tests.support.longterm_support import forwarded_recall, memory_fields, wait_until
 from tests.support.proxy import Proxy
 
 STORED_AT = "2025-03-14T10:00:00+00:00"

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 
 from tests.fakes.upstream import FakeUpstream, Scenario
-from tests.integration.longterm_support import memories, memory_fields, wait_until
+from tests.support.longterm_support import memories, memory_fields, wait_until
 from tests.support.proxy import Proxy
 
 MARKER = "Zyqvorth7731"  # said in the session that is deleted

@@ -11,9 +11,9 @@ import pytest
 
 from tests.fakes.gateway import FakeGateway
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.chat_helpers import closed_port_url, user
-from tests.integration.hybrid_memory_support import gateway_memory
-from tests.integration.longterm_support import with_rid
+from tests.support.chat_helpers import closed_port_url, user
+from tests.support.hybrid_memory_support import gateway_memory
+from tests.support.longterm_support import with_rid
 from tests.support.proxy import Proxy
 
 

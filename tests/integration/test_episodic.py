@@ -8,7 +8,7 @@ import json
 from collections.abc import Callable
 
 from tests.fakes.upstream import FakeUpstream, Scenario
-from tests.integration.longterm_support import forwarded_recall, memory_fields, wait_until
+from tests.support.longterm_support import forwarded_recall, memory_fields, wait_until
 from tests.support.proxy import Proxy
 
 

@@ -12,7 +12,7 @@ from sqlalchemy import create_engine, select
 from memory_bridge.events.log import rebuild_projections
 from memory_bridge.storage.tables import memory_events, messages
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.longterm_support import (
+from tests.support.longterm_support import (
     forwarded_recall,
     memories,
     memory_fields,

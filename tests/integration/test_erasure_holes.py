@@ -20,8 +20,8 @@ import httpx
 import pytest
 
 from tests.fakes.upstream import FakeUpstream, Scenario
-from tests.integration.longterm_support import memory_fields, wait_until
 from tests.support.databases import fresh_postgres_url, needs_postgres
+from tests.support.longterm_support import memory_fields, wait_until
 from tests.support.loopback import LoopbackServer
 from tests.support.proxy import Proxy, start_proxy
 

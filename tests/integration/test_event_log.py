@@ -13,7 +13,7 @@ from typing import Any
 from memory_bridge.events.log import rebuild_projections
 from memory_bridge.storage.db import create_engine
 from tests.fakes.upstream import FakeUpstream, Scenario
-from tests.integration.chat_helpers import user
+from tests.support.chat_helpers import user
 from tests.support.proxy import Proxy
 
 

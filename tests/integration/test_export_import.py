@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from tests.fakes.upstream import FakeUpstream, Scenario, extract_user_facts
-from tests.integration.longterm_support import (
+from tests.support.longterm_support import (
     EMBED_KEY,
     MEMORY_LLM_KEY,
     forwarded_recall,

@@ -7,7 +7,7 @@ import openai
 import pytest
 
 from tests.fakes.upstream import FakeUpstream, Scenario, ToolCall
-from tests.integration.responses_helpers import sse_events
+from tests.support.responses_helpers import sse_events
 
 MODEL = "gpt-4o-mini"
 

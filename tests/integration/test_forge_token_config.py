@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from tests.fakes.upstream import FakeUpstream, Scenario
-from tests.integration.longterm_support import memory_fields, wait_until
+from tests.support.longterm_support import memory_fields, wait_until
 from tests.support.proxy import Proxy
 
 FACTS = (

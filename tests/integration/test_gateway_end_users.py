@@ -10,7 +10,7 @@ import json
 
 from tests.fakes.gateway import ADD, FLUSH, SEARCH, FakeGateway
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.hybrid_memory_support import (
+from tests.support.hybrid_memory_support import (
     MODEL,
     Served,
     gateway_memory,

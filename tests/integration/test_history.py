@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from tests.fakes.upstream import FakeUpstream, Scenario
-from tests.integration.chat_helpers import (
+from tests.support.chat_helpers import (
     Msg,
     assistant,
     auth,

@@ -17,7 +17,7 @@ import pytest
 from memory_bridge.sources.gateway_client import GATEWAY_RULE
 from tests.fakes.gateway import ADD, FLUSH, SEARCH, FakeGateway
 from tests.fakes.upstream import FakeUpstream, Scenario
-from tests.integration.hybrid_memory_support import (
+from tests.support.hybrid_memory_support import (
     CURATED_HEADER,
     GW_USER,
     MODEL,

@@ -7,7 +7,7 @@ import sqlite3
 from typing import Any
 
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.longterm_support import (
+from tests.support.longterm_support import (
     EMBED_KEY,
     MEMORY_LLM_KEY,
     chat,

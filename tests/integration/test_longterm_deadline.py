@@ -28,7 +28,7 @@ import openai
 import pytest
 
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.longterm_support import (
+from tests.support.longterm_support import (
     Running,
     memory_fields,
     start,

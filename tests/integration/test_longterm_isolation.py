@@ -7,7 +7,7 @@ import random
 from concurrent.futures import ThreadPoolExecutor
 
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.longterm_support import (
+from tests.support.longterm_support import (
     Running,
     chat,
     forwarded_recall,

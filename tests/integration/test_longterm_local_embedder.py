@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.fakes.upstream import FakeUpstream, extract_user_facts
-from tests.integration.longterm_support import (
+from tests.support.longterm_support import (
     Running,
     chat,
     forwarded_recall,

@@ -21,7 +21,7 @@ from memory_bridge.vectors.edge import EdgeEngine
 from memory_bridge.vectors.index import VectorEngine, Where
 from memory_bridge.vectors.server import ServerEngine
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.longterm_support import (
+from tests.support.longterm_support import (
     Running,
     chat,
     forwarded_recall,

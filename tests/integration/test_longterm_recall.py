@@ -8,8 +8,8 @@ import json
 import pytest
 
 from tests.fakes.upstream import FakeUpstream, Scenario, ToolCall
-from tests.integration.chat_helpers import stream_raw
-from tests.integration.longterm_support import (
+from tests.support.chat_helpers import stream_raw
+from tests.support.longterm_support import (
     chat,
     forwarded_recall,
     memory_block,

@@ -16,9 +16,9 @@ from agents.models.openai_provider import OpenAIProvider
 from mcp.shared.exceptions import MCPError
 
 from tests.fakes.upstream import FakeUpstream, Scenario, ToolCall
-from tests.integration.chat_helpers import stored_rows
-from tests.integration.longterm_support import forwarded_recall, wait_until
-from tests.integration.mcp_support import (
+from tests.support.chat_helpers import stored_rows
+from tests.support.longterm_support import forwarded_recall, wait_until
+from tests.support.mcp_support import (
     MCP_HEADERS,
     TEA,
     call,
@@ -31,8 +31,8 @@ from tests.integration.mcp_support import (
     run,
     say,
 )
-from tests.integration.responses_helpers import MODEL
 from tests.support.proxy import Proxy
+from tests.support.responses_helpers import MODEL
 
 TOOLS = {"search_memory", "add_memory", "list_memories", "delete_memory", "get_profile"}
 

@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from tests.fakes.upstream import FakeUpstream, Scenario
-from tests.integration.chat_helpers import closed_port_url
-from tests.integration.longterm_support import (
+from tests.support.chat_helpers import closed_port_url
+from tests.support.longterm_support import (
     EMBED_KEY,
     MEMORY_LLM_KEY,
     forwarded_recall,
@@ -21,7 +21,7 @@ from tests.integration.longterm_support import (
     wait_until,
     with_rid,
 )
-from tests.integration.mcp_support import (
+from tests.support.mcp_support import (
     MCP_HEADERS,
     TEA,
     call,

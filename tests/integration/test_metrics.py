@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from memory_bridge.server.logs import JsonFormatter
 from tests.fakes.upstream import FakeUpstream, Scenario
-from tests.integration.chat_helpers import user
+from tests.support.chat_helpers import user
 from tests.support.proxy import Proxy, start_proxy
 
 SCRAPER = "scrape-token-0123456789abcdef"

@@ -20,7 +20,7 @@ from memory_bridge.server.app import create_app
 from memory_bridge.storage.db import create_engine
 from memory_bridge.storage.tables import metadata
 from tests.fakes.upstream import FakeUpstream, Scenario
-from tests.integration.chat_helpers import injected, user
+from tests.support.chat_helpers import injected, user
 from tests.support.loopback import LoopbackServer
 from tests.support.proxy import REPO, Proxy, make_settings
 

@@ -12,7 +12,7 @@ from sqlalchemy import create_engine, func, select
 from memory_bridge.storage.tables import context_traces, curated, events, jobs, memory_events
 from memory_bridge.storage.tables import messages as message_rows
 from tests.fakes.upstream import FakeUpstream, Scenario
-from tests.integration.longterm_support import memory_fields, wait_until
+from tests.support.longterm_support import memory_fields, wait_until
 from tests.support.proxy import Proxy
 
 TABLES = (message_rows, memory_events, jobs, curated, events, context_traces)

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.fakes.upstream import FakeUpstream, Scenario
-from tests.integration.longterm_support import (
+from tests.support.longterm_support import (
     forwarded_recall,
     memory_block,
     memory_fields,

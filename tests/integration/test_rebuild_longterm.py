@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.longterm_support import (
+from tests.support.longterm_support import (
     Running,
     memory_fields,
     memory_texts,

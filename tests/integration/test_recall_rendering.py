@@ -4,8 +4,14 @@ one line of the block, and the block keeps exactly its own structure."""
 
 from __future__ import annotations
 
+import re
+
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.longterm_support import forwarded_recall, memory_fields, wait_until
+from tests.support.longterm_support import (
+    forwarded_recall,
+    memory_fields,
+    wait_until,
+)
 from tests.support.proxy import Proxy
 
 HEADING = "## Memories about this user"  # templates/memory_template.md
@@ -43,7 +49,8 @@ def test_a_stored_message_cannot_forge_the_memory_block(
         extra_headers={"X-Session-Id": "tuesday"},
     )
     block = forwarded_recall(upstream)
-    lines = block.splitlines()  # every kind of line break, U+2028 included
+    # Every kind of line break, U+2028 included; the items' date labels left out.
+    lines = [re.sub(r"^- \[on \d{4}-\d\d-\d\d\] ", "- ", line) for line in block.splitlines()]
     # Recalled whole by episodic recall: one item, on one line, its breaks made spaces.
     whole = " ".join(FORGED.split())
     assert f"- {whole}" in lines, block

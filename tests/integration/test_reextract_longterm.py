@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from memory_bridge.cli.main import cli
 from tests.fakes.upstream import FakeUpstream, Scenario, extract_user_facts
-from tests.integration.longterm_support import (
+from tests.support.longterm_support import (
     Running,
     memories,
     memory_fields,

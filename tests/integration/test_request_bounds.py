@@ -20,7 +20,7 @@ from memory_bridge.cli.main import initialise
 from memory_bridge.http.slow_heads import head_deadline_protocol
 from memory_bridge.server.app import create_app
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.chat_helpers import auth, stored_rows, user
+from tests.support.chat_helpers import auth, stored_rows, user
 from tests.support.loopback import LoopbackServer
 from tests.support.proxy import Proxy, make_settings, start_proxy
 

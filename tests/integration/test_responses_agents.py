@@ -14,9 +14,9 @@ from agents.models.openai_provider import OpenAIProvider
 from agents.models.openai_responses import OpenAIResponsesModel
 
 from tests.fakes.upstream import FakeUpstream, Scenario, ToolCall
-from tests.integration.chat_helpers import stored_rows
-from tests.integration.responses_helpers import MODEL, forwarded, msg
+from tests.support.chat_helpers import stored_rows
 from tests.support.proxy import Proxy
+from tests.support.responses_helpers import MODEL, forwarded, msg
 
 CITY = {"city": "Paris"}
 

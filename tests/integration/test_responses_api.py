@@ -14,10 +14,10 @@ import pytest
 from memory_bridge.sources.gateway_client import GATEWAY_RULE
 from tests.fakes.gateway import FakeGateway
 from tests.fakes.upstream import FakeUpstream, Scenario, ToolCall
-from tests.integration.chat_helpers import auth, injected_counts, stored_rows
-from tests.integration.hybrid_memory_support import CURATED_HEADER, RECALL_LABEL, gateway_memory
-from tests.integration.responses_helpers import MODEL, forwarded, msg, post
+from tests.support.chat_helpers import auth, injected_counts, stored_rows
+from tests.support.hybrid_memory_support import CURATED_HEADER, RECALL_LABEL, gateway_memory
 from tests.support.proxy import UPSTREAM_KEY, Proxy
+from tests.support.responses_helpers import MODEL, forwarded, msg, post
 
 TOOLS: list[Any] = [
     {

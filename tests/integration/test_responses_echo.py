@@ -16,9 +16,9 @@ import httpx
 import pytest
 
 from tests.fakes.upstream import FakeUpstream, Scenario
-from tests.integration.chat_helpers import auth
-from tests.integration.responses_helpers import MODEL, forwarded, sse_events, stream_raw
+from tests.support.chat_helpers import auth
 from tests.support.proxy import Proxy
+from tests.support.responses_helpers import MODEL, forwarded, sse_events, stream_raw
 
 CURATED = "Codename BLUEBIRD-7731."
 SESSION: dict[str, Any] = {"extra_headers": {"X-Session-Id": "s"}}

@@ -7,9 +7,9 @@ import openai
 import pytest
 
 from tests.fakes.upstream import FakeUpstream, Scenario, ToolCall
-from tests.integration.chat_helpers import assistant, last_messages, stored_rows, user
-from tests.integration.responses_helpers import MODEL, forwarded, msg, post
+from tests.support.chat_helpers import assistant, last_messages, stored_rows, user
 from tests.support.proxy import Proxy
+from tests.support.responses_helpers import MODEL, forwarded, msg, post
 
 HEADERS = {"X-Session-Id": "mixed", "X-User-Id": "ann"}
 

@@ -21,9 +21,9 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from tests.fakes.upstream import FakeUpstream, Scenario
-from tests.integration.chat_helpers import auth
-from tests.integration.responses_helpers import MODEL
+from tests.support.chat_helpers import auth
 from tests.support.proxy import UPSTREAM_KEY, Proxy, start_proxy
+from tests.support.responses_helpers import MODEL
 
 SESSION: dict[str, Any] = {"extra_headers": {"X-Session-Id": "s"}}
 

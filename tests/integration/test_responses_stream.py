@@ -12,9 +12,9 @@ import openai
 import pytest
 
 from tests.fakes.upstream import FakeUpstream, Scenario, ToolCall
-from tests.integration.chat_helpers import auth, stored_rows
-from tests.integration.responses_helpers import MODEL, forwarded, msg, sse_events, stream_raw
+from tests.support.chat_helpers import auth, stored_rows
 from tests.support.proxy import Proxy
+from tests.support.responses_helpers import MODEL, forwarded, msg, sse_events, stream_raw
 
 TEXT = "Streaming works — über alles, 日本語 too."
 

@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from tests.fakes.upstream import FakeUpstream, Scenario
-from tests.integration.chat_helpers import auth, closed_port_url, stream_raw, user
+from tests.support.chat_helpers import auth, closed_port_url, stream_raw, user
 from tests.support.proxy import UPSTREAM_KEY, Proxy
 
 MODEL = "gpt-4o-mini"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakes.upstream import FakeUpstream, Scenario
-from tests.integration.chat_helpers import Msg, assistant, injected, stored_rows, user
+from tests.support.chat_helpers import Msg, assistant, injected, stored_rows, user
 from tests.support.proxy import Proxy, start_proxy
 
 MODEL = "m"

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 
 from tests.fakes.upstream import FakeUpstream, Scenario
-from tests.integration.longterm_support import forwarded_recall, memory_fields, wait_until
+from tests.support.longterm_support import forwarded_recall, memory_fields, wait_until
 from tests.support.proxy import Proxy
 
 SUMMARY = "Summary: the user's locker code is 4417; the rest was small talk about the weather."

@@ -13,7 +13,7 @@ import openai
 import pytest
 
 from tests.fakes.upstream import FakeUpstream, Scenario
-from tests.integration.chat_helpers import assistant, injected, stream_raw, user
+from tests.support.chat_helpers import assistant, injected, stream_raw, user
 from tests.support.proxy import UPSTREAM_KEY, Proxy, start_proxy
 
 MODEL = "gpt-4o-mini"

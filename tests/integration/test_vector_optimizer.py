@@ -16,8 +16,8 @@ from memory_bridge.vectors import edge_optimize
 from memory_bridge.vectors.edge import EdgeEngine
 from memory_bridge.vectors.optimizer import ShardOptimizer
 from tests.fakes.upstream import FakeUpstream, Scenario
-from tests.integration.longterm_support import forwarded_recall, memory_fields, wait_until
 from tests.integration.test_vectors_adapters import hashed, point
+from tests.support.longterm_support import forwarded_recall, memory_fields, wait_until
 from tests.support.loopback import LoopbackServer
 from tests.support.proxy import Proxy, start_proxy
 

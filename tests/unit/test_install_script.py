@@ -15,7 +15,7 @@ from types import ModuleType
 from typing import ClassVar
 
 import pytest
-from tests.integration.chat_helpers import closed_port_url
+from tests.support.chat_helpers import closed_port_url
 from tests.support.proxy import REPO
 
 SCRIPT = REPO / "scripts" / "install.py"

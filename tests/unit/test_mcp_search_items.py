@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tests.support.longterm_support import memory_block
+
 from memory_bridge.context.assemble import Placement
 from memory_bridge.context.forge.pipeline import ForgeRules, forge
 from memory_bridge.context.forge.rank import RankWeights
@@ -44,7 +46,7 @@ def test_items_follow_the_placement_not_the_global_rank() -> None:
 
     placement = Placement.of(forged.recalls, load_template(TEMPLATE))
     assert placement is not None
-    injected = [line[2:] for line in placement.dynamic.splitlines() if line.startswith("- ")]
+    injected = memory_block(placement.dynamic)
     assert memories == injected and memories != ranked_globally
     assert texts[0] == curated.system_blocks[0] and texts[-1] == "[Gateway] ref"
     assert [i["source"] for i in items] == [

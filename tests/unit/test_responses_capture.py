@@ -7,8 +7,8 @@ import json
 from typing import Any
 
 import pytest
-from tests.fakes import responses_api
 from tests.fakes.upstream import Scenario, ToolCall
+from tests.fakes.upstream import responses as responses_api
 
 from memory_bridge.chat.responses_capture import (
     ResponsesStreamCapture,

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from memory_bridge.server.app import create_app
 from tests.fakes.gateway import FakeGateway
-from tests.integration.chat_helpers import Msg, assistant, system, user
+from tests.support.chat_helpers import Msg, assistant, system, user
 from tests.support.loopback import LoopbackServer
 from tests.support.proxy import Proxy, start_proxy
 

@@ -13,8 +13,8 @@ from mcp import types
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.integration.hybrid_memory_support import db_rows
-from tests.integration.longterm_support import wait_until
+from tests.support.hybrid_memory_support import db_rows
+from tests.support.longterm_support import memory_block, wait_until
 from tests.support.proxy import Proxy
 
 T = TypeVar("T")
@@ -95,5 +95,5 @@ def say(proxy: Proxy, token: str, text: str, session: str, user: str = "ada") ->
 
 
 def listed_memories(block: str) -> list[str]:
-    """The items of a forwarded recall block, in their order (`- item` lines)."""
-    return [line[2:] for line in block.splitlines() if line.startswith("- ")]
+    """The items of a forwarded recall block, in their order, without their date labels."""
+    return memory_block(block)

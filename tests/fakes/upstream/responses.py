@@ -13,32 +13,24 @@ of `event:` + `data:` events, each with its `type` and a `sequence_number` count
     then response.completed | response.incomplete | response.failed (with an empty output,
     after the events of what the model generated before it failed).
 
-`FakeUpstream` (tests/fakes/upstream.py) serves them; this module only builds them.
+`FakeUpstream` serves them; this module only builds them.
 """
 
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any
 
-if TYPE_CHECKING:
-    from tests.fakes.upstream import Scenario
-
-DEFAULT_REPLY = "Hello from upstream"
-
-
-def _deltas(text: str | Sequence[str] | None) -> list[str]:
-    if text is None:
-        return []
-    if isinstance(text, str):
-        return re.findall(r"\S+\s*|\s+", text)
-    return list(text)
-
-
-def _fragments(arguments: str, size: int = 8) -> list[str]:
-    return [arguments[i : i + size] for i in range(0, len(arguments), size)]
+from tests.fakes.upstream.scenario import (
+    DEFAULT_MODEL,
+    Scenario,
+    call_id,
+    content_of,
+    deltas,
+    fragments,
+    generated_tokens,
+)
 
 
 def _words(value: Any) -> int:
@@ -50,12 +42,6 @@ def _words(value: Any) -> int:
     if isinstance(value, dict):
         return sum(_words(v) for k, v in value.items() if k in ("content", "text", "output"))
     return 0
-
-
-def content_of(scenario: Scenario) -> str | Sequence[str] | None:
-    if scenario.content is None and not scenario.tool_calls:
-        return DEFAULT_REPLY
-    return scenario.content
 
 
 def output_items(scenario: Scenario, serial: int) -> list[dict[str, Any]]:
@@ -82,7 +68,7 @@ def output_items(scenario: Scenario, serial: int) -> list[dict[str, Any]]:
                 "id": f"fc_fake{serial}_{index}",
                 "type": "function_call",
                 "status": "completed",
-                "call_id": call.id or f"call_fake{index}",
+                "call_id": call_id(call, index),
                 "name": call.name,
                 "arguments": call.arguments_json(),
             }
@@ -94,9 +80,8 @@ def usage(scenario: Scenario, payload: Mapping[str, Any]) -> dict[str, Any]:
     if scenario.usage is not None:
         return dict(scenario.usage)
     prompt = _words(payload.get("input")) + _words(payload.get("instructions"))
-    reasoning = len(_deltas(scenario.reasoning))
-    completion = len(_deltas(content_of(scenario))) + reasoning
-    completion += sum(len(_fragments(c.arguments_json())) for c in scenario.tool_calls)
+    reasoning = len(deltas(scenario.reasoning))
+    completion = generated_tokens(scenario)
     return {
         "input_tokens": prompt,
         "input_tokens_details": {"cached_tokens": 0},
@@ -130,7 +115,7 @@ def response_object(
         "incomplete_details": details,
         "instructions": payload.get("instructions"),
         "max_output_tokens": payload.get("max_output_tokens"),
-        "model": str(payload.get("model") or "gpt-4o-mini"),
+        "model": str(payload.get("model") or DEFAULT_MODEL),
         "output": output,
         "parallel_tool_calls": payload.get("parallel_tool_calls", True),
         "previous_response_id": payload.get("previous_response_id"),
@@ -188,7 +173,7 @@ def _item_events(emit: Any, scenario: Scenario, index: int, item: dict[str, Any]
     kind = item["type"]
     if kind == "reasoning":
         emit("response.output_item.added", **at, item={**item, "summary": []})
-        for piece in _deltas(scenario.reasoning):
+        for piece in deltas(scenario.reasoning):
             where = {"item_id": item["id"], **at, "summary_index": 0}
             emit("response.reasoning_summary_text.delta", **where, delta=piece)
     elif kind == "message":
@@ -200,7 +185,7 @@ def _item_events(emit: Any, scenario: Scenario, index: int, item: dict[str, Any]
         where = {"item_id": item["id"], **at, "content_index": 0}
         empty = {"type": "output_text", "text": "", "annotations": []}
         emit("response.content_part.added", **where, part=empty)
-        for piece in _deltas(content_of(scenario)):
+        for piece in deltas(content_of(scenario)):
             emit("response.output_text.delta", **where, delta=piece, logprobs=[])
         part = item["content"][0]
         emit("response.output_text.done", **where, text=part["text"], logprobs=[])
@@ -211,7 +196,7 @@ def _item_events(emit: Any, scenario: Scenario, index: int, item: dict[str, Any]
             **at,
             item={**item, "status": "in_progress", "arguments": ""},
         )
-        for piece in _fragments(item["arguments"]):
+        for piece in fragments(item["arguments"]):
             emit("response.function_call_arguments.delta", item_id=item["id"], **at, delta=piece)
         done = {"name": item["name"], "arguments": item["arguments"]}
         emit("response.function_call_arguments.done", item_id=item["id"], **at, **done)

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.longterm_support import EMBED_KEY, MEMORY_LLM_KEY
+from tests.support.longterm_support import EMBED_KEY, MEMORY_LLM_KEY
 from tests.support.loopback import LoopbackServer
 from tests.support.proxy import UPSTREAM_KEY, Proxy, start_proxy
 

@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.chat_helpers import auth
+from tests.support.chat_helpers import auth
 from tests.support.proxy import Proxy
 
 MODEL = "gpt-4o-mini"
