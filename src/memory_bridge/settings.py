@@ -91,7 +91,8 @@ class Settings(BaseSettings):
     # The durable job queue (docs/operations.md). `serve` drains it too unless told not to.
     serve_worker: bool = True
     job_concurrency: int = Field(default=8, gt=0, le=256)
-    job_lease_seconds: float = Field(default=180.0, gt=0)
+    # Renewed by the worker's heartbeat (every third) while a job runs, however long it runs.
+    job_lease_seconds: float = Field(default=30.0, gt=0, le=3600)
     job_poll_seconds: float = Field(default=1.0, gt=0)
     job_max_attempts: int = Field(default=5, gt=0)
     job_backoff_seconds: float = Field(default=2.0, gt=0)
