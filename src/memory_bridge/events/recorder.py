@@ -86,7 +86,10 @@ class TurnRecorder:
             attempts += 1
             if conn.execute(_TOKEN_ROW, {"token_id": scope.token_id}).first() is None:
                 return None
-            version = self._versions.get(aggregate) if attempts == 1 else None
+            # Under the lock the version is read afresh: the turn before may have committed
+            # an instant ago, before its process remembered the version it wrote.
+            locked = log.lock_aggregate(conn, aggregate)
+            version = self._versions.get(aggregate) if attempts == 1 and not locked else None
             if version is None:
                 version = log.current_version(conn, aggregate)
             events = [appended]
