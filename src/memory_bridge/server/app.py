@@ -25,6 +25,7 @@ from memory_bridge.http.body_limits import BodyLimits
 from memory_bridge.http.edge import EdgeMiddleware
 from memory_bridge.http.errors import install_error_handlers
 from memory_bridge.http.services import Services, services_of
+from memory_bridge.http.token_limits import TokenLimiter
 from memory_bridge.jobs.wiring import create_worker
 from memory_bridge.settings import Settings
 from memory_bridge.sources.services import open_memory_services
@@ -102,6 +103,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             storage_health=health,
             body_limits=BodyLimits.from_settings(settings),
             worker=worker,
+            limiter=TokenLimiter(),
         )
         token_count.load()
         if worker is not None:

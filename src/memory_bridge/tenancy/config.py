@@ -46,6 +46,17 @@ _CREDENTIAL_PARAM = re.compile(
 )
 
 
+class Limits(BaseModel):
+    """A token's own limits, enforced before any memory work (`http.token_limits`); each is
+    off when absent. The bounds only keep a typo from meaning "unlimited in practice"."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_concurrent: Annotated[StrictInt, Field(gt=0, le=10_000)] | None = None
+    requests_per_minute: Annotated[StrictInt, Field(gt=0, le=1_000_000)] | None = None
+    tokens_per_minute: Annotated[StrictInt, Field(gt=0, le=1_000_000_000)] | None = None
+
+
 class TokenConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -66,6 +77,7 @@ class TokenConfig(BaseModel):
     embed_body: JsonObject | None = None
     template: Literal["en", "zh"] = "en"
     memory: JsonObject | None = None
+    limits: Limits | None = None
 
     @field_validator(
         "name",
