@@ -101,6 +101,13 @@ class Settings(BaseSettings):
     # Bounds on what a client (or an upstream) can make the proxy hold (docs/configuration.md).
     max_request_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
     max_stored_message_bytes: int = Field(default=64 * 1024, gt=0)
+    # Messages (chat `messages`, Responses `input` items) one request may carry: more is a 400.
+    max_request_messages: int = Field(default=10_000, gt=0, le=1_000_000)
+    # Messages one turn stores; the older ones of a longer turn are stored as one marker.
+    max_stored_messages_per_turn: int = Field(default=500, ge=2, le=100_000)
+    # A request body larger than this is parsed (and re-serialised) in a thread, not on the
+    # event loop every other request shares; 0: always.
+    parse_in_thread_bytes: int = Field(default=256 * 1024, ge=0)
     # Injected session history is cut to this many tokens (newest first) as well as by count.
     history_token_budget: int = Field(default=8000, gt=0)
     max_upstream_body_bytes: int = Field(default=64 * 1024 * 1024, gt=0)

@@ -10,10 +10,10 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from memory_bridge.chat.capture import DEFAULT_LIMIT
 from memory_bridge.chat.formats import CHAT, WireFormat
@@ -36,6 +36,7 @@ from memory_bridge.tenancy.config import TokenConfig
 from memory_bridge.tenancy.forge_config import ForgeConfig
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 _MAX_ID = 200
 # On a response whose turn the database refused (a stream says so in-band: relay.NOT_STORED).
 NOT_STORED_HEADER = (b"x-memorybridge-stored", b"false")
@@ -81,6 +82,8 @@ class ChatHandler:
         max_upstream_body: int = DEFAULT_LIMIT,
         forge_rules: ForgeRules | None = None,
         traces: TraceStore | None = None,
+        max_request_messages: int = 10_000,
+        parse_in_thread_bytes: int = 256 * 1024,
     ) -> None:
         self._sources = sources
         self._upstream = upstream
@@ -94,12 +97,14 @@ class ChatHandler:
         self._forge_rules = forge_rules or ForgeRules()
         self._token_rules: dict[ForgeConfig, ForgeRules] = {}
         self._traces = traces
+        self._max_messages = max_request_messages
+        self._thread_bytes = parse_in_thread_bytes
 
     async def handle(self, req: ChatRequest) -> Outgoing:
         """Answer one turn. A client that disconnects cancels the calling task; the upstream
         request is abandoned then, but a turn being stored is not."""
         wire = req.wire
-        body = wire.parse_body(req.body)
+        body = await self._parse(wire, req.body)
         scope = _scope(req.token_id, body, req.headers)
         config = req.config
         headers = self._upstream.request_headers(config, req.headers, json_body=True)
@@ -138,7 +143,7 @@ class ChatHandler:
         forwarded = wire.forward(body, messages, recalls, template, memory.placement)
         payload = req.body
         if forwarded is not None:
-            payload = json.dumps(forwarded, ensure_ascii=False).encode()
+            payload = await self._off_loop(len(req.body), partial(_dumps, forwarded))
         diagnostics = _diagnostics(recalls, req.started)
         opened = await self._upstream.open("POST", url, headers, payload)
         if streaming and opened.ok and is_sse(opened):
@@ -157,6 +162,25 @@ class ChatHandler:
                     "upstream reply larger than %d bytes: relayed, turn not stored", self._max_body
                 )
         return _whole(opened, diagnostics, answer)
+
+    async def _parse(self, wire: WireFormat, raw: bytes) -> dict[str, Any]:
+        """The strict parse, in a thread for a large body (however large a legal body is, the
+        event loop keeps serving other requests); then the bound on how many items it holds,
+        before anything walks them."""
+        body = await self._off_loop(len(raw), partial(wire.parse_body, raw))
+        items = body.get(wire.items_key)
+        if isinstance(items, list) and len(items) > self._max_messages:
+            raise invalid_request(
+                f"'{wire.items_key}' holds {len(items)} items; at most {self._max_messages} "
+                "are accepted in one request (MAX_REQUEST_MESSAGES).",
+                400,
+            )
+        return body
+
+    async def _off_loop(self, size: int, work: Callable[[], T]) -> T:
+        if size > self._thread_bytes:
+            return await asyncio.to_thread(work)
+        return work()
 
     async def forward(self, req: ChatRequest, method: str, target: str) -> Outgoing:
         """Pass a request on to the token's upstream as it is (`target`: the path under `/v1`,
@@ -256,3 +280,7 @@ def _diagnostics(recalls: list[Recall], started: float) -> list[tuple[bytes, byt
         (b"x-memorybridge-overhead-ms", f"{overhead:.2f}".encode()),
         (b"x-memorybridge-injected", injected.encode()),
     ]
+
+
+def _dumps(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, ensure_ascii=False).encode()

@@ -75,7 +75,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
         upstream = Upstream(llm_session, settings.forwarded_header_names)
         health = StorageHealth()
-        recorder = TurnRecorder(runtime.db, settings.max_stored_message_bytes)
+        recorder = TurnRecorder(
+            runtime.db, settings.max_stored_message_bytes, settings.max_stored_messages_per_turn
+        )
         worker = create_worker(runtime) if settings.serve_worker else None
         if worker is not None:
             recorder.on_enqueued(worker.wake)
@@ -98,6 +100,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     rules=SelectRules(budget_tokens=settings.memory_token_budget)
                 ),
                 traces=traces,
+                max_request_messages=settings.max_request_messages,
+                parse_in_thread_bytes=settings.parse_in_thread_bytes,
             ),
             traces=traces,
             storage_health=health,
