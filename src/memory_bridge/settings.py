@@ -72,6 +72,8 @@ class Settings(BaseSettings):
     # Episodic memory (the raw conversation indexed for hybrid recall) for every token;
     # off: long-term recall is Mem0's facts alone.
     episodic_memory: bool = True
+    # Vector shards opened at start-up, before `/ready` answers 200 (the newest tokens' first).
+    ready_warm_shards: int = Field(default=64, ge=0, le=10_000)
     # The episodic embedder of a token without one: `local` (the packaged MiniLM where the
     # `local` extra is installed, else BM25 alone) or `none` (BM25 alone).
     episodic_default_embedder: Literal["local", "none"] = "local"

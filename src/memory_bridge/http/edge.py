@@ -27,7 +27,7 @@ from memory_bridge.http.services import services_in
 from memory_bridge.storage.tokens import Principal, TokenStore
 
 log = logging.getLogger(__name__)
-OPEN_PATHS = frozenset({"/health"})
+OPEN_PATHS = frozenset({"/health", "/ready"})
 # The admin API's own reference, and the metrics: served to the admin token only.
 ADMIN_DOC_PATHS = frozenset({"/docs", "/openapi.json", "/metrics"})
 ADMIN_PREFIX = "/v1/admin"

@@ -13,6 +13,7 @@ from starlette.types import Scope
 from memory_bridge.chat.handler import ChatHandler
 from memory_bridge.chat.upstream import Upstream
 from memory_bridge.http.body_limits import BodyLimits
+from memory_bridge.http.readiness import Readiness
 from memory_bridge.http.token_limits import TokenLimiter
 from memory_bridge.jobs.worker import JobWorker
 from memory_bridge.settings import Settings
@@ -32,6 +33,7 @@ class Services:
     body_limits: BodyLimits
     worker: JobWorker | None  # None when `serve` leaves the queue to worker processes
     limiter: TokenLimiter
+    readiness: Readiness
 
 
 def services_of(request: HTTPConnection) -> Services:

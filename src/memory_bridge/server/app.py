@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -24,6 +25,7 @@ from memory_bridge.http import admin, passthrough_routes
 from memory_bridge.http.body_limits import BodyLimits
 from memory_bridge.http.edge import EdgeMiddleware
 from memory_bridge.http.errors import install_error_handlers
+from memory_bridge.http.readiness import Readiness, warm_up
 from memory_bridge.http.services import Services, services_of
 from memory_bridge.http.token_limits import TokenLimiter
 from memory_bridge.jobs.wiring import create_worker
@@ -75,6 +77,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
         upstream = Upstream(llm_session, settings.forwarded_header_names)
         health = StorageHealth()
+        readiness = Readiness()
         recorder = TurnRecorder(
             runtime.db, settings.max_stored_message_bytes, settings.max_stored_messages_per_turn
         )
@@ -108,16 +111,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             body_limits=BodyLimits.from_settings(settings),
             worker=worker,
             limiter=TokenLimiter(),
+            readiness=readiness,
         )
         token_count.load()
         if worker is not None:
             worker.start()
         # Everything built so far lives as long as the server: out of the collector's way.
         freeze_long_lived()
-        log.info("MemoryBridge ready")
+        warming = asyncio.create_task(warm_up(runtime, settings, readiness), name="warm-up")
+        log.info("MemoryBridge serving (warming up: GET /ready)")
         try:
             yield
         finally:
+            warming.cancel()
+            await asyncio.gather(warming, return_exceptions=True)
             if worker is not None:
                 await worker.stop(settings.background_drain_timeout)
             await traces.close()
@@ -143,6 +150,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             body = {"status": "degraded", "storage": "failing", "error": storage.last_error}
             return JSONResponse(body, status_code=503)
         return JSONResponse({"status": "ok"})
+
+    @app.get("/ready")
+    async def ready(request: Request) -> JSONResponse:
+        """200 once start-up's warm-up (the local model, vector shards) is over; 503 before."""
+        readiness = services_of(request).readiness
+        return JSONResponse(readiness.body(), status_code=200 if readiness.ready else 503)
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics() -> Response:
