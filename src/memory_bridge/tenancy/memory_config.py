@@ -157,6 +157,9 @@ class MemoryConfig(BaseModel):
     mode: MemoryMode = "hybrid"
     explicit: bool = False  # False: no `mode` was given, hybrid is implied
     gateway: GatewayConfig | None = None
+    # A `gateway` block was given without complete credentials (implicit hybrid): degraded,
+    # where no block at all is simply off.
+    gateway_incomplete: bool = False
     placement: Placement = "stable"
     forge: ForgeConfig | None = None  # None: the server's defaults
 
@@ -184,6 +187,8 @@ def gateway_status(cfg: MemoryConfig) -> str:
         return PASSTHROUGH_STATUS
     if cfg.mode == "curated":
         return "off (curated mode)"
+    if not cfg.gateway_incomplete:
+        return "off (no gateway configured)"
     return "degraded: no gateway credentials"
 
 
@@ -247,7 +252,9 @@ def parse_memory_config(raw: object) -> MemoryConfig:
         # Validate what was given; stand-ins fill the missing credentials and are discarded.
         stand_ins = {"base_url": "http://unset", "user_id": "unset", "user_key": "unset"}
         _validate_gateway({**stand_ins, **gw}, field)
-        return MemoryConfig(explicit=False, placement=placement, forge=forge)
+        return MemoryConfig(
+            explicit=False, gateway_incomplete=True, placement=placement, forge=forge
+        )
     return MemoryConfig(
         explicit=explicit, gateway=_validate_gateway(gw, field), placement=placement, forge=forge
     )
