@@ -29,6 +29,7 @@ from typing import Any
 
 import httpx
 
+from memory_bridge.embedding.local import DEFAULT_DIMS, DEFAULT_MODEL
 from memory_bridge.sources.failures import LOCAL_EXTRA_MODULES
 from memory_bridge.sources.longterm import config as mem0_config
 from memory_bridge.tenancy.config import TokenConfig, config_secrets
@@ -86,6 +87,14 @@ async def check_longterm(
                 "the local embedder is not installed on this server (no module "
                 f"'{missing[0]}'): pip install 'memory-bridge[local]' (scripts/run.sh does)",
                 "local_embedder_unavailable",
+            ).error()
+        if not spec.local_model.path and spec.dims != DEFAULT_DIMS:
+            # Known without loading the model: every chat of the token would fail otherwise.
+            raise Refusal(
+                "embed_dims",
+                f"the packaged local model ({DEFAULT_MODEL}) makes {DEFAULT_DIMS}-dim vectors, "
+                f"not {spec.dims}: set embed_dims to {DEFAULT_DIMS}",
+                "dims_mismatch",
             ).error()
     if not probe:
         return
