@@ -40,6 +40,9 @@ T = TypeVar("T")
 _MAX_ID = 200
 # On a response whose turn the database refused (a stream says so in-band: relay.NOT_STORED).
 NOT_STORED_HEADER = (b"x-memorybridge-stored", b"false")
+# On a memory turn that names no end user (`user`, `X-User-Id`): its memory is the token's own,
+# shared by every request that names none.
+NO_END_USER_HEADER = (b"x-memorybridge-end-user", b"none (token-wide memory)")
 _RULES_MEMO = 1024  # distinct `memory.forge` configs whose rules are kept built
 
 
@@ -98,6 +101,7 @@ class ChatHandler:
         self._token_rules: dict[ForgeConfig, ForgeRules] = {}
         self._traces = traces
         self._max_messages = max_request_messages
+        self._warned_no_user: set[int] = set()  # tokens told about, at most one line each
         self._thread_bytes = parse_in_thread_bytes
 
     async def handle(self, req: ChatRequest) -> Outgoing:
@@ -145,6 +149,9 @@ class ChatHandler:
         if forwarded is not None:
             payload = await self._off_loop(len(req.body), partial(_dumps, forwarded))
         diagnostics = _diagnostics(recalls, req.started)
+        if scope.user == TOKEN_WIDE_USER:
+            diagnostics.append(NO_END_USER_HEADER)
+            self._warn_no_end_user(scope.token_id)
         opened = await self._upstream.open("POST", url, headers, payload)
         if streaming and opened.ok and is_sse(opened):
             remember = partial(self._remember, turn, recalls)
@@ -162,6 +169,16 @@ class ChatHandler:
                     "upstream reply larger than %d bytes: relayed, turn not stored", self._max_body
                 )
         return _whole(opened, diagnostics, answer)
+
+    def _warn_no_end_user(self, token_id: int) -> None:
+        if token_id in self._warned_no_user:
+            return
+        self._warned_no_user.add(token_id)
+        log.warning(
+            "token %d: a request names no end user ('user' or X-User-Id): such requests "
+            "share one token-wide memory",
+            token_id,
+        )
 
     async def _parse(self, wire: WireFormat, raw: bytes) -> dict[str, Any]:
         """The strict parse, in a thread for a large body (however large a legal body is, the
