@@ -13,6 +13,7 @@ import logging
 from typing import Any
 
 from memory_bridge.core.errors import ProxyError, invalid_request
+from memory_bridge.core.timestamps import iso_utc
 from memory_bridge.lifecycle.purge import purge_token
 from memory_bridge.lifecycle.reembed import reembed_if_changed
 from memory_bridge.sources.base import MemorySource
@@ -36,8 +37,8 @@ def detail(record: TokenRecord, sources: tuple[MemorySource, ...]) -> dict[str, 
     out: dict[str, Any] = {
         "id": record.id,
         "name": record.name,
-        "created_at": record.created_at.isoformat() if record.created_at else None,
-        "updated_at": record.updated_at.isoformat() if record.updated_at else None,
+        "created_at": iso_utc(record.created_at),
+        "updated_at": iso_utc(record.updated_at),
     }
     if record.config is None:
         out["config"] = None
