@@ -183,12 +183,23 @@ def validate_config(data: object) -> TokenConfig:
     except TokenConfigError:
         raise
     except ValidationError as exc:
-        err = exc.errors()[0]
-        if isinstance(cause := (err.get("ctx") or {}).get("error"), TokenConfigError):
-            raise cause from None
-        field = ".".join(str(p) for p in err["loc"]) or "body"
-        message = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
-        raise TokenConfigError(field, message) from None
+        # Every field's problem at once (a first-run user should not fix them one per save);
+        # the error names the first field, its message lists all of them.
+        problems = [_problem(err) for err in exc.errors()]
+        if len(problems) == 1:
+            raise problems[0] from None
+        raise TokenConfigError(
+            problems[0].field,
+            "; ".join([str(problems[0]).split(": ", 1)[1], *map(str, problems[1:])]),
+        ) from None
+
+
+def _problem(err: Any) -> TokenConfigError:
+    if isinstance(cause := (err.get("ctx") or {}).get("error"), TokenConfigError):
+        return cause
+    field = ".".join(str(p) for p in err["loc"]) or "body"
+    message = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
+    return TokenConfigError(field, message)
 
 
 def merge_patch(current: TokenConfig, patch: object) -> TokenConfig:
