@@ -44,13 +44,25 @@ def test_a_request_of_300000_messages_is_refused_and_stores_nothing(
     )
     assert reply.status_code == 400, reply.text
     message = reply.json()["error"]["message"]
-    assert "300000" in message and "MAX_REQUEST_MESSAGES" in message
+    assert "holds more than 20000 items" in message and "MAX_REQUEST_MESSAGES" in message
     assert upstream.chat_requests == []
     assert stored_rows(proxy) == []
     # The server is still itself: the next request of the token is answered and stored.
     ok = proxy.chat(token, model="m", messages=[{"role": "user", "content": "hi"}])
     assert ok.status_code == 200
     assert len(stored_rows(proxy)) == 2
+
+
+def test_a_request_just_over_the_bound_is_counted_exactly(
+    proxy: Proxy, upstream: FakeUpstream
+) -> None:
+    _, token = proxy.create_token()
+    limit = proxy.settings.max_request_messages
+    messages = [{"role": "user", "content": "x"} for _ in range(limit + 1)]
+    reply = proxy.chat(token, model="m", messages=messages)
+    assert reply.status_code == 400, reply.text
+    assert f"holds {limit + 1} items" in reply.json()["error"]["message"]
+    assert proxy.chat(token, model="m", messages=messages[:limit]).status_code == 200
 
 
 def test_a_long_turn_stores_a_bounded_number_of_rows(capped: Proxy, upstream: FakeUpstream) -> None:

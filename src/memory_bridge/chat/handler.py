@@ -184,15 +184,23 @@ class ChatHandler:
         """The strict parse, in a thread for a large body (however large a legal body is, the
         event loop keeps serving other requests); then the bound on how many items it holds,
         before anything walks them."""
+        if wire.items_key == "messages" and raw.count(b'"role"') > 2 * self._max_messages:
+            # Every chat message has one "role" key, and the bytes `"role"` hardly occur
+            # otherwise (a quote inside a string is escaped): far more of them than messages
+            # allowed is refused before the parse, which holds the GIL for its whole length.
+            raise self._too_many(wire, f"more than {2 * self._max_messages}")
         body = await self._off_loop(len(raw), partial(wire.parse_body, raw))
         items = body.get(wire.items_key)
         if isinstance(items, list) and len(items) > self._max_messages:
-            raise invalid_request(
-                f"'{wire.items_key}' holds {len(items)} items; at most {self._max_messages} "
-                "are accepted in one request (MAX_REQUEST_MESSAGES).",
-                400,
-            )
+            raise self._too_many(wire, str(len(items)))
         return body
+
+    def _too_many(self, wire: WireFormat, count: str) -> Exception:
+        return invalid_request(
+            f"'{wire.items_key}' holds {count} items; at most {self._max_messages} "
+            "are accepted in one request (MAX_REQUEST_MESSAGES).",
+            400,
+        )
 
     async def _off_loop(self, size: int, work: Callable[[], T]) -> T:
         if size > self._thread_bytes:
