@@ -35,7 +35,8 @@ PROBE_TIMEOUT = 5.0  # seconds: an index that answers at all answers well within
 ROOT = Path(__file__).resolve().parents[1]
 # What the project's installed state depends on: a change to any of them reinstalls.
 STAMPED = ("pyproject.toml", "scripts/install.py", "scripts/run.sh")
-PIP = ("-m", "pip", "install", "--disable-pip-version-check")
+# Quiet: a first run printed ~370 lines of pip progress around the admin token (errors still show).
+PIP = ("-m", "pip", "install", "--disable-pip-version-check", "--quiet")
 
 
 def cpu_index() -> str:

@@ -81,6 +81,8 @@ class Settings(BaseSettings):
     # A session with no new turn for this long is summarised (tokens with
     # `memory.longterm.summaries`): the delay of each turn's summary job.
     summary_idle_seconds: float = Field(default=900.0, ge=0.0, le=30 * 86400.0)
+    # Vector shards opened at start-up, before `/ready` answers 200 (the newest tokens' first).
+    ready_warm_shards: int = Field(default=64, ge=0, le=10_000)
     # The episodic embedder of a token without one: `local` (the packaged MiniLM where the
     # `local` extra is installed, else BM25 alone) or `none` (BM25 alone).
     episodic_default_embedder: Literal["local", "none"] = "local"
@@ -100,7 +102,8 @@ class Settings(BaseSettings):
     # The durable job queue (docs/operations.md). `serve` drains it too unless told not to.
     serve_worker: bool = True
     job_concurrency: int = Field(default=8, gt=0, le=256)
-    job_lease_seconds: float = Field(default=180.0, gt=0)
+    # Renewed by the worker's heartbeat (every third) while a job runs, however long it runs.
+    job_lease_seconds: float = Field(default=30.0, gt=0, le=3600)
     job_poll_seconds: float = Field(default=1.0, gt=0)
     job_max_attempts: int = Field(default=5, gt=0)
     job_backoff_seconds: float = Field(default=2.0, gt=0)
@@ -109,6 +112,13 @@ class Settings(BaseSettings):
     # Bounds on what a client (or an upstream) can make the proxy hold (docs/configuration.md).
     max_request_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
     max_stored_message_bytes: int = Field(default=64 * 1024, gt=0)
+    # Messages (chat `messages`, Responses `input` items) one request may carry: more is a 400.
+    max_request_messages: int = Field(default=10_000, gt=0, le=1_000_000)
+    # Messages one turn stores; the older ones of a longer turn are stored as one marker.
+    max_stored_messages_per_turn: int = Field(default=500, ge=2, le=100_000)
+    # A request body larger than this is parsed (and re-serialised) in a thread, not on the
+    # event loop every other request shares; 0: always.
+    parse_in_thread_bytes: int = Field(default=256 * 1024, ge=0)
     # Injected session history is cut to this many tokens (newest first) as well as by count.
     history_token_budget: int = Field(default=8000, gt=0)
     max_upstream_body_bytes: int = Field(default=64 * 1024 * 1024, gt=0)

@@ -117,3 +117,22 @@ def test_a_curated_document_with_nul_is_refused(proxy: Proxy) -> None:
     path = f"/tokens/{token_id}/curated/memory"
     assert "NUL" in str(_error(proxy.admin("PUT", path, content=b"a\x00b"), 422)["message"])
     assert proxy.admin("GET", path).text == ""
+
+
+def test_every_invalid_field_of_a_token_config_is_named_at_once(proxy: Proxy) -> None:
+    body = {
+        "name": "",
+        "llm_base_url": "ftp://upstream",
+        "memory_limit": 0,
+        "limits": {"max_concurrent": -1},
+        "colour": "blue",
+    }
+    for reply in (
+        proxy.admin("POST", "/tokens", json=body),
+        proxy.admin("PATCH", f"/tokens/{proxy.create_token()[0]}", json=body),
+    ):
+        message = str(_error(reply, 422)["message"])
+        assert message.startswith("name: "), message
+        for field in ("llm_base_url", "memory_limit", "limits.max_concurrent", "colour"):
+            assert f"; {field}: " in message, message
+    assert len(proxy.admin("GET", "/tokens").json()["data"]) == 1  # nothing else saved

@@ -12,8 +12,10 @@ import httpx
 import openai
 import pytest
 
+from memory_bridge.embedding.local import local_extra_installed
 from tests.fakes.upstream import FakeUpstream
 from tests.support.chat_helpers import closed_port_url
+from tests.support.jobs_support import wait_drained
 from tests.support.longterm_support import (
     EMBED_KEY,
     MEMORY_LLM_KEY,
@@ -254,3 +256,37 @@ def test_the_502_names_its_cause_in_what_the_openai_sdk_raises(
         )
     assert caught.value.status_code == 502
     assert "longterm: embedder_error_401" in str(caught.value)
+
+
+@pytest.mark.skipif(not local_extra_installed(), reason="the local extra is not installed")
+def test_the_packaged_local_model_with_other_dims_is_refused_naming_its_size(
+    proxy: Proxy, upstream: FakeUpstream
+) -> None:
+    fields = memory_fields(proxy.upstream_url)
+    for name in ("embed_base_url", "embed_api_key", "embed_body"):
+        fields.pop(name)
+    message = _refused(
+        _create(proxy, **{**fields, "embed_provider": "local", "embed_dims": 1536}),
+        "embed_dims",
+        "dims_mismatch",
+    )
+    assert "set embed_dims to 384" in message
+    token_id = _create(proxy, **{**fields, "embed_provider": "local", "embed_dims": 384})
+    assert token_id.status_code == 201, token_id.text
+    patched = proxy.admin("PATCH", f"/tokens/{token_id.json()['id']}", json={"embed_dims": 1536})
+    assert "set embed_dims to 384" in _refused(patched, "embed_dims", "dims_mismatch")
+
+
+def test_an_api_embedder_without_a_memory_llm_runs_episodic_memory_alone(
+    proxy: Proxy, upstream: FakeUpstream
+) -> None:
+    fields = {k: v for k, v in memory_fields(proxy.upstream_url).items() if k.startswith("embed_")}
+    made = _create(proxy, **fields)
+    assert made.status_code == 201, made.text
+    layers = made.json()["memory_layers"]
+    assert layers["longterm"].startswith("off"), layers
+    assert layers["episodic"].startswith("on (openai:bow-embed, 32 dims"), layers
+    token_id = made.json()["id"]
+    assert chat(proxy, made.json()["token"], "I keep bees").status_code == 200
+    counts = wait_drained(proxy.url, proxy.admin_token, token_id)
+    assert counts["episodic"] == {"done": 1} and "longterm" not in counts, counts

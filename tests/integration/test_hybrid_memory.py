@@ -475,7 +475,9 @@ def test_an_inactive_gateway_means_no_rule_no_reference_and_zero_calls(
     token_id, token = proxy.create_token(**config)
     detail = proxy.admin("GET", f"/tokens/{token_id}").json()
     layer = detail["memory_layers"]["gateway"]
-    assert layer.startswith("off") if kind.startswith("curated") else layer.startswith("degraded")
+    # No Gateway at all is off (a fresh token); a block without its credentials, degraded.
+    off = kind.startswith("curated") or kind == "implicit"
+    assert layer.startswith("off") if off else layer.startswith("degraded")
 
     gateway.set_results([{"text": RECALLED}])
     for stream in (False, True):
@@ -498,7 +500,8 @@ def test_token_detail_shows_the_gateway_layer_state(
         ("active", gateway_memory(gw_url)),
         ("implicit-active", gateway_memory(gw_url, mode=None)),
         ("off", {"mode": "curated"}),
-        ("degraded", None),
+        ("fresh", None),
+        ("degraded", {"gateway": {"baseUrl": gw_url, "userId": GW_USER}}),
     ]:
         config: Msg = {"name": name}
         if memory is not None:
@@ -508,6 +511,7 @@ def test_token_detail_shows_the_gateway_layer_state(
     assert states["active"]["gateway"] == "active"
     assert states["implicit-active"]["gateway"] == "active"
     assert states["off"]["gateway"].startswith("off")
+    assert states["fresh"]["gateway"] == "off (no gateway configured)"
     assert states["degraded"]["gateway"].startswith("degraded")
     # curated memory is on in every mode
     assert all(s["curated"].startswith("on") for s in states.values())

@@ -133,7 +133,7 @@ def test_layer_off_without_config_and_detail_says_so(proxy: Proxy, upstream: Fak
 
 def test_partial_memory_config_is_422_naming_the_missing_fields(proxy: Proxy) -> None:
     full = memory_fields(proxy.upstream_url)
-    for missing in (["embed_dims"], ["embed_provider", "embed_dims"], ["memory_llm_provider"]):
+    for missing in (["embed_dims"], ["embed_provider", "embed_dims"]):
         body = {k: v for k, v in full.items() if k not in missing}
         reply = proxy.admin(
             "POST", "/tokens", json={"name": "t", "llm_base_url": proxy.upstream_url, **body}

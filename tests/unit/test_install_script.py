@@ -20,7 +20,7 @@ from tests.support.proxy import REPO
 
 SCRIPT = REPO / "scripts" / "install.py"
 PY = "/venv/bin/python"
-PIP = (PY, "-m", "pip", "install", "--disable-pip-version-check")
+PIP = (PY, "-m", "pip", "install", "--disable-pip-version-check", "--quiet")
 
 
 def _load() -> ModuleType:
@@ -207,7 +207,9 @@ def test_a_changed_input_or_other_extras_install_again(tmp_path: Path) -> None:
     done = _run_project(stamp, "--extras", "", "--dry-run")
     assert done.returncode == 0, done.stderr
     assert "unchanged" not in done.stdout
-    assert done.stdout.splitlines()[-1].endswith("pip install --disable-pip-version-check -e .")
+    assert done.stdout.splitlines()[-1].endswith(
+        "pip install --disable-pip-version-check --quiet -e ."
+    )
     assert "torch" not in done.stdout  # no local extra, no torch
     assert stamp.read_text().strip() == install.stamp_value("local")
     # A changed pyproject.toml changes the stamp.

@@ -167,7 +167,6 @@ def test_describe() -> None:
     ("drop", "field", "named"),
     [
         (["embed_dims"], "embed_dims", ["embed_dims"]),
-        (["memory_llm_provider"], "memory_llm_provider", ["memory_llm_provider"]),
         (
             ["embed_provider", "embed_dims"],
             "embed_provider",
@@ -183,6 +182,16 @@ def test_partial_memory_config_names_every_missing_field(
         validate_config(data)
     assert info.value.field == field
     assert all(name in str(info.value) for name in named)
+
+
+def test_an_embedder_without_a_memory_llm_is_episodic_only() -> None:
+    embedder_only = {k: v for k, v in MEMORY.items() if not k.startswith("memory_llm")}
+    config = validate_config({**BASE, **embedder_only})
+    assert not mc.enabled(config)  # no Mem0
+    assert config.embed_provider == MEMORY["embed_provider"]
+    with pytest.raises(TokenConfigError) as info:
+        validate_config({**BASE, **embedder_only, "embed_dims": None})
+    assert info.value.field == "embed_dims" and "the embedder" in str(info.value)
 
 
 def test_memory_config_rules() -> None:

@@ -39,11 +39,12 @@ def error(raw: object) -> TokenConfigError:
 
 
 @pytest.mark.parametrize("raw", [None, {}, {"mode": None}, {"gateway": None}])
-def test_no_memory_section_is_implicit_hybrid_degraded(raw: object) -> None:
+def test_no_memory_section_is_implicit_hybrid_with_the_gateway_off(raw: object) -> None:
     cfg = parse_memory_config(raw)
     assert cfg == MemoryConfig(mode="hybrid", explicit=False, gateway=None)
     assert not cfg.gateway_active
-    assert gateway_status(cfg) == "degraded: no gateway credentials"
+    # A fresh token has nothing wrong with it: no Gateway is a state, not a fault (issue 23).
+    assert gateway_status(cfg) == "off (no gateway configured)"
 
 
 def test_implicit_hybrid_with_complete_credentials_is_active() -> None:
@@ -63,7 +64,7 @@ def test_implicit_hybrid_with_incomplete_credentials_degrades(missing: str, how:
     else:
         block[missing] = {"null": None, "empty": "", "blank": "   "}[how]
     cfg = parse_memory_config({"gateway": block})
-    assert cfg == MemoryConfig(explicit=False)
+    assert cfg == MemoryConfig(explicit=False, gateway_incomplete=True)
     assert gateway_status(cfg) == "degraded: no gateway credentials"
 
 

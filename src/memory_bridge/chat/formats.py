@@ -42,6 +42,7 @@ class WireFormat:
 
     name: str
     path: str
+    items_key: str  # the body's list of messages or items (bounded: MAX_REQUEST_MESSAGES)
     parse_body: Callable[[bytes], Body]
     messages: Callable[[Body], tuple[Message, ...]]
     upstream_holds_history: Callable[[Body], bool]
@@ -74,6 +75,7 @@ def _chat_forward(
 CHAT = WireFormat(
     name="chat",
     path="chat/completions",
+    items_key="messages",
     parse_body=parse_chat_body,
     messages=_chat_messages,
     upstream_holds_history=lambda _body: False,
@@ -112,6 +114,7 @@ def _responses_forward(
 RESPONSES = WireFormat(
     name="responses",
     path="responses",
+    items_key="input",
     parse_body=parse_responses_body,
     messages=_responses_messages,
     upstream_holds_history=_responses_hold_history,

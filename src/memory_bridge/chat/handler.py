@@ -10,10 +10,10 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from memory_bridge.chat.capture import DEFAULT_LIMIT
 from memory_bridge.chat.formats import CHAT, WireFormat
@@ -45,9 +45,13 @@ from memory_bridge.tenancy.config import TokenConfig
 from memory_bridge.tenancy.forge_config import ForgeConfig
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 _MAX_ID = 200
 # On a response whose turn the database refused (a stream says so in-band: relay.NOT_STORED).
 NOT_STORED_HEADER = (b"x-memorybridge-stored", b"false")
+# On a memory turn that names no end user (`user`, `X-User-Id`): its memory is the token's own,
+# shared by every request that names none.
+NO_END_USER_HEADER = (b"x-memorybridge-end-user", b"none (token-wide memory)")
 _RULES_MEMO = 1024  # distinct `memory.forge` configs whose rules are kept built
 
 
@@ -91,6 +95,8 @@ class ChatHandler:
         max_upstream_body: int = DEFAULT_LIMIT,
         forge_rules: ForgeRules | None = None,
         traces: TraceStore | None = None,
+        max_request_messages: int = 10_000,
+        parse_in_thread_bytes: int = 256 * 1024,
     ) -> None:
         self._sources = sources
         self._upstream = upstream
@@ -105,6 +111,9 @@ class ChatHandler:
         self._token_rules: dict[ForgeConfig, ForgeRules] = {}
         self._traces = traces
         self._claims = claims
+        self._max_messages = max_request_messages
+        self._warned_no_user: set[int] = set()  # tokens told about, at most one line each
+        self._thread_bytes = parse_in_thread_bytes
 
     @property
     def claims(self) -> ResponseClaims:
@@ -114,7 +123,7 @@ class ChatHandler:
         """Answer one turn. A client that disconnects cancels the calling task; the upstream
         request is abandoned then, but a turn being stored is not."""
         wire = req.wire
-        body = wire.parse_body(req.body)
+        body = await self._parse(wire, req.body)
         if wire.echo is not None:  # a stored response it continues must be the token's own
             await self._claims.check_body(req.token_id, body)
         scope = _scope(req.token_id, body, req.headers)
@@ -150,9 +159,12 @@ class ChatHandler:
         forwarded = wire.forward(body, messages, recalls, template, memory.placement)
         payload = req.body
         if forwarded is not None:
-            payload = json.dumps(forwarded, ensure_ascii=False).encode()
+            payload = await self._off_loop(len(req.body), partial(_dumps, forwarded))
         echo = None if wire.echo is None else wire.echo(body, forwarded)
         diagnostics = _diagnostics(recalls, req.started)
+        if scope.user == TOKEN_WIDE_USER:
+            diagnostics.append(NO_END_USER_HEADER)
+            self._warn_no_end_user(scope.token_id)
         metrics.stage("added", time.perf_counter() - req.started)
         asked = time.perf_counter()
         opened = await self._upstream.open("POST", url, headers, payload)
@@ -175,6 +187,43 @@ class ChatHandler:
                 )
         answer = await self._claimed_whole(answer, opened, req.token_id, echo)
         return _whole(opened, diagnostics, answer)
+
+    def _warn_no_end_user(self, token_id: int) -> None:
+        if token_id in self._warned_no_user:
+            return
+        self._warned_no_user.add(token_id)
+        log.warning(
+            "token %d: a request names no end user ('user' or X-User-Id): such requests "
+            "share one token-wide memory",
+            token_id,
+        )
+
+    async def _parse(self, wire: WireFormat, raw: bytes) -> dict[str, Any]:
+        """The strict parse, in a thread for a large body (however large a legal body is, the
+        event loop keeps serving other requests); then the bound on how many items it holds,
+        before anything walks them."""
+        if wire.items_key == "messages" and raw.count(b'"role"') > 2 * self._max_messages:
+            # Every chat message has one "role" key, and the bytes `"role"` hardly occur
+            # otherwise (a quote inside a string is escaped): far more of them than messages
+            # allowed is refused before the parse, which holds the GIL for its whole length.
+            raise self._too_many(wire, f"more than {2 * self._max_messages}")
+        body = await self._off_loop(len(raw), partial(wire.parse_body, raw))
+        items = body.get(wire.items_key)
+        if isinstance(items, list) and len(items) > self._max_messages:
+            raise self._too_many(wire, str(len(items)))
+        return body
+
+    def _too_many(self, wire: WireFormat, count: str) -> Exception:
+        return invalid_request(
+            f"'{wire.items_key}' holds {count} items; at most {self._max_messages} "
+            "are accepted in one request (MAX_REQUEST_MESSAGES).",
+            400,
+        )
+
+    async def _off_loop(self, size: int, work: Callable[[], T]) -> T:
+        if size > self._thread_bytes:
+            return await asyncio.to_thread(work)
+        return work()
 
     async def recall(self, turn: Turn, *, drop_history: bool = False) -> Forged:
         """What this turn would be given: every source recalled (the failure policy applied),
@@ -368,3 +417,7 @@ def _diagnostics(recalls: list[Recall], started: float) -> list[tuple[bytes, byt
         (b"x-memorybridge-overhead-ms", f"{overhead:.2f}".encode()),
         (b"x-memorybridge-injected", injected.encode()),
     ]
+
+
+def _dumps(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, ensure_ascii=False).encode()

@@ -76,5 +76,8 @@ def initialised_settings() -> Settings:
     settings = Settings()
     data = settings.memory_bridge_data_dir
     if (data / SENTINEL_RUNNING).exists() or not (data / SENTINEL_DONE).exists():
-        raise CliError(f"{data} is not initialised; run `memory-bridge init` first.")
+        raise CliError(
+            f"{data.resolve()} is not initialised: run `memory-bridge init` first, or point "
+            "at the install (--home or $MEMORY_BRIDGE_HOME, or --data-dir)."
+        )
     return settings

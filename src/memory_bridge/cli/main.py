@@ -10,7 +10,8 @@ from typing import Annotated
 
 import typer
 
-from memory_bridge.cli.common import SENTINEL_DONE, SENTINEL_RUNNING
+from memory_bridge.cli.common import SENTINEL_DONE, SENTINEL_RUNNING, fail
+from memory_bridge.cli.home import HOME_ENV, NoHome, use_home
 from memory_bridge.cli.rebuild import register as register_rebuild
 from memory_bridge.cli.tokens import register
 from memory_bridge.cli.transfer import register as register_lifecycle
@@ -18,6 +19,28 @@ from memory_bridge.settings import Settings
 from memory_bridge.tenancy.private_files import private_dir
 
 cli = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+
+
+@cli.callback()
+def _install(
+    home: Annotated[
+        Path | None,
+        typer.Option(
+            "--home",
+            envvar=HOME_ENV,
+            help="The install's folder (its .env, data/ and templates/): run from anywhere.",
+        ),
+    ] = None,
+    data_dir: Annotated[
+        Path | None, typer.Option("--data-dir", help="The data folder (MEMORY_BRIDGE_DATA_DIR).")
+    ] = None,
+) -> None:
+    try:
+        use_home(home, data_dir)
+    except NoHome as exc:
+        raise fail(str(exc)) from None
+
+
 register(cli)  # memory-bridge token ..., memory-bridge curated ...
 register_lifecycle(cli)  # memory-bridge export, import
 register_rebuild(cli)  # memory-bridge rebuild

@@ -8,12 +8,15 @@ fails on the constraint instead of silently interleaving.
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import json
+import random
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, bindparam, delete, func, insert, select
+from sqlalchemy import Connection, bindparam, delete, func, insert, select, text
 from sqlalchemy.exc import IntegrityError
 
 from memory_bridge.events.model import NewEvent, StoredEvent
@@ -27,6 +30,9 @@ _VERSION = select(func.max(memory_events.c.version)).where(
     memory_events.c.aggregate_id == bindparam("aggregate_id")
 )
 _INSERT = insert(memory_events)
+_LOCK = text("SELECT pg_advisory_xact_lock(:key)")
+# Seconds before the first retry of a version conflict; doubled each time, with full jitter.
+CONFLICT_BACKOFF = 0.005
 
 
 def dumps(value: Any) -> str:
@@ -35,6 +41,18 @@ def dumps(value: Any) -> str:
 
 def current_version(conn: Connection, aggregate_id: str) -> int:
     return int(conn.execute(_VERSION, {"aggregate_id": aggregate_id}).scalar() or 0)
+
+
+def lock_aggregate(conn: Connection, aggregate_id: str) -> bool:
+    """On PostgreSQL, hold the aggregate's append lock until the transaction ends: appends of
+    one aggregate (concurrent turns of one session) then take turns instead of racing for the
+    same version; whether it was taken (a version read under it is current). SQLite's single
+    writer already makes them take turns."""
+    if conn.dialect.name != "postgresql":
+        return False
+    digest = hashlib.blake2b(aggregate_id.encode(), digest_size=8).digest()
+    conn.execute(_LOCK, {"key": int.from_bytes(digest, "big", signed=True)})
+    return True
 
 
 def append(
@@ -151,16 +169,18 @@ def stored_event(row: Any) -> StoredEvent:
     )
 
 
-async def write_appending(db: Database, work: Callable[[Connection], T], attempts: int = 5) -> T:
+async def write_appending(db: Database, work: Callable[[Connection], T], attempts: int = 8) -> T:
     """`db.write(work)` for work that appends events, retried when another writer appended
-    the same aggregate version first (two turns of one session at once, on PostgreSQL;
-    SQLite's writers take turns). Each retry reads the versions afresh."""
+    the same aggregate version first (a writer that does not take `lock_aggregate`, or a
+    version remembered from before another process appended). Each retry reads the versions
+    afresh, after a backoff with full jitter, so writers that collided do not collide again."""
     for attempt in range(1, attempts + 1):
         try:
             return await db.write(work)
         except IntegrityError:
             if attempt == attempts:
                 raise
+        await asyncio.sleep(random.uniform(0, CONFLICT_BACKOFF * 2**attempt))  # noqa: S311 (jitter)
     raise AssertionError("unreachable")
 
 

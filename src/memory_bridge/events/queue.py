@@ -15,7 +15,7 @@ known and it must not be repeated automatically: a Gateway add that may have hap
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -286,6 +286,33 @@ def release(conn: Connection, owner: str, keep: Sequence[int] = ()) -> int:
         .values(status=PENDING, lease_owner=None, lease_expires_at=None, updated_at=time.time())
     )
     return int(result.rowcount)
+
+
+def renew(conn: Connection, owner: str, ids: Sequence[int], lease: float) -> int:
+    """The heartbeat of a worker: the jobs `ids` it still holds stay leased `lease` seconds
+    from now; how many it still held."""
+    if not ids:
+        return 0
+    now = time.time()
+    result = conn.execute(
+        update(jobs)
+        .where(jobs.c.lease_owner == owner, jobs.c.status == RUNNING, jobs.c.id.in_(list(ids)))
+        .values(lease_expires_at=now + lease)
+    )
+    return int(result.rowcount)
+
+
+def release_gone(conn: Connection, gone: Callable[[str], bool]) -> int:
+    """Give back, claimable at once, every job leased by an owner that `gone` says is dead (a
+    crashed process on this host): its lease would otherwise hold the work until it expired."""
+    owners = conn.execute(
+        select(jobs.c.lease_owner).where(jobs.c.status == RUNNING).distinct()
+    ).scalars()
+    dead = [owner for owner in owners if owner is not None and gone(owner)]
+    released = 0
+    for owner in dead:
+        released += release(conn, owner)
+    return released
 
 
 def requeue(conn: Connection, token_id: int, job_id: int) -> bool:

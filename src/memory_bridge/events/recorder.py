@@ -27,20 +27,45 @@ from memory_bridge.storage.sessions import stored_form
 from memory_bridge.storage.tables import tokens
 
 _VERSION_MEMO = 10_000
+MAX_MESSAGES_PER_TURN = 500
+
+
+def at_most(messages: Sequence[Message], limit: int) -> Sequence[Message]:
+    """A turn's messages to store: all of them, or the newest `limit - 1` after one marker
+    that says how many older ones were left out (a long pasted conversation must not become
+    as many history rows). A kept part never starts with a tool result whose call was left
+    out: an upstream refuses such a history."""
+    if len(messages) <= limit:
+        return messages
+    start = len(messages) - (limit - 1)
+    while start < len(messages) and messages[start].role == "tool":
+        start += 1
+    note = (
+        f"[MemoryBridge: {start} earlier messages of this turn were not stored "
+        f"(MAX_STORED_MESSAGES_PER_TURN is {limit})]"
+    )
+    return [Message(role="assistant", content=note), *messages[start:]]
+
+
 _TOKEN_ROW = (
     select(tokens.c.id).where(tokens.c.id == bindparam("token_id")).with_for_update(read=True)
 )
 
 
 def turn_payload(
-    scope: Scope, messages: Sequence[Message], query: str, reply: Reply, max_bytes: int
+    scope: Scope,
+    messages: Sequence[Message],
+    query: str,
+    reply: Reply,
+    max_bytes: int,
+    max_messages: int = MAX_MESSAGES_PER_TURN,
 ) -> dict[str, Any]:
     """What a `session.appended` event of a completed turn says: the new messages and the
     reply in their stored (bounded) form, the memory query, how the reply finished."""
     return {
         "user": scope.user,
         "session": scope.session,
-        "messages": [stored_form(bounded(m, max_bytes)) for m in messages],
+        "messages": [stored_form(bounded(m, max_bytes)) for m in at_most(messages, max_messages)],
         "query": truncate(query, max_bytes),
         "finish_reason": reply.finish_reason,
     }
@@ -48,11 +73,16 @@ def turn_payload(
 
 class TurnRecorder:
     def __init__(
-        self, db: Database, max_message_bytes: int, delays: Mapping[str, float] | None = None
+        self,
+        db: Database,
+        max_message_bytes: int,
+        delays: Mapping[str, float] | None = None,
+        max_messages: int = MAX_MESSAGES_PER_TURN,
     ) -> None:
         self._db = db
         self._max_bytes = max_message_bytes
         self._delays = dict(delays or {})  # per consumer: seconds before its job is due
+        self._max_messages = max_messages
         self._listeners: list[Callable[[], None]] = []
         # The last version this process appended per session: the next turn skips reading it.
         # Another process may have appended since; the unique version then refuses the insert
@@ -77,7 +107,7 @@ class TurnRecorder:
         meta: dict[str, Any],
     ) -> StoredEvent | None:
         """The turn's `session.appended` event as stored; None when its token is gone."""
-        payload = turn_payload(scope, messages, query, reply, self._max_bytes)
+        payload = turn_payload(scope, messages, query, reply, self._max_bytes, self._max_messages)
         aggregate = session_aggregate(scope.token_id, scope.user, scope.session)
         appended = NewEvent(EventType.SESSION_APPENDED, aggregate, payload, meta)
         order_key = aggregate
@@ -89,7 +119,10 @@ class TurnRecorder:
             attempts += 1
             if conn.execute(_TOKEN_ROW, {"token_id": scope.token_id}).first() is None:
                 return None
-            version = self._versions.get(aggregate) if attempts == 1 else None
+            # Under the lock the version is read afresh: the turn before may have committed
+            # an instant ago, before its process remembered the version it wrote.
+            locked = log.lock_aggregate(conn, aggregate)
+            version = self._versions.get(aggregate) if attempts == 1 and not locked else None
             if version is None:
                 version = log.current_version(conn, aggregate)
             events = [appended]

@@ -108,6 +108,10 @@ class BodyReader:
             self.release()
         return message
 
+    @property
+    def read_bytes(self) -> int:
+        return self._read
+
     def release(self) -> None:
         if self._holds_slot:
             self._holds_slot = False
@@ -115,7 +119,7 @@ class BodyReader:
 
     async def _begin(self) -> None:
         self._started = time.monotonic()
-        declared = _content_length(self._scope)
+        declared = content_length(self._scope)
         if declared is not None and declared > self._max:
             raise too_large(self._max)
         try:
@@ -143,7 +147,7 @@ class BodyReader:
             ) from None
 
 
-def _content_length(scope: Scope) -> int | None:
+def content_length(scope: Scope) -> int | None:
     for name, value in scope["headers"]:
         if name == b"content-length":
             try:
@@ -154,4 +158,4 @@ def _content_length(scope: Scope) -> int | None:
     return None
 
 
-__all__ = ["BodyLimits", "BodyReader", "BodyRefused", "too_large"]
+__all__ = ["BodyLimits", "BodyReader", "BodyRefused", "content_length", "too_large"]

@@ -23,7 +23,7 @@ from memory_bridge.core import metrics
 from memory_bridge.core.errors import ProxyError
 from memory_bridge.core.request_context import new_request_id, request_id_var
 from memory_bridge.http import chat_routes, responses_routes
-from memory_bridge.http.body_limits import BodyLimits, BodyReader, BodyRefused
+from memory_bridge.http.body_limits import BodyLimits, BodyReader, BodyRefused, content_length
 from memory_bridge.http.errors import error_body
 from memory_bridge.http.mcp import server as mcp_server
 from memory_bridge.http.services import services_in
@@ -31,7 +31,7 @@ from memory_bridge.storage.tokens import Principal, TokenStore
 
 log = logging.getLogger(__name__)
 access_log = logging.getLogger("memory_bridge.access")
-OPEN_PATHS = frozenset({"/health"})
+OPEN_PATHS = frozenset({"/health", "/ready"})
 # The admin API's own reference, and the metrics: served to the admin token only (the metrics
 # also to METRICS_TOKEN; everything below `/docs/` too: a service token learns nothing of the
 # admin API there).
@@ -105,14 +105,24 @@ class EdgeMiddleware:
             state["started"] = started
             state["request_id"] = rid
             path: str = scope["path"]
+            principal: Principal | None = None
             if path not in OPEN_PATHS and not is_console(path):
                 try:
-                    state["principal"] = await authenticate(scope, path)
+                    principal = state["principal"] = await authenticate(scope, path)
                     metrics.stage("auth", time.perf_counter() - started)
                 except Denied as denied:
                     await _reject(send_with_id, denied.status, denied.type, denied.message)
                     return
-            limits: BodyLimits = services_in(scope).body_limits
+            services = services_in(scope)
+            limited = principal.config.limits if principal and principal.config else None
+            declared = content_length(scope)
+            if limited is not None and principal is not None:
+                try:
+                    services.limiter.admit(principal.token_id, limited, declared)
+                except ProxyError as refused:
+                    await _reject(send_with_id, 429, refused.type, refused.message, refused.headers)
+                    return
+            limits: BodyLimits = services.body_limits
             reader = BodyReader(limits, scope, receive)
             try:
                 if path == chat_routes.PATH:
@@ -133,6 +143,9 @@ class EdgeMiddleware:
                 await _reject(send_with_id, refused.status, refused.type, refused.message)
             finally:
                 reader.release()
+                if limited is not None and principal is not None:
+                    unannounced = reader.read_bytes if declared is None else 0
+                    services.limiter.release(principal.token_id, unannounced)
         finally:
             _account(scope, status, time.perf_counter() - started)
             request_id_var.reset(token)
@@ -238,9 +251,12 @@ def _bearer(scope: Scope) -> str | None:
     return None
 
 
-async def _reject(send: Send, status: int, type_: str, message: str) -> None:
+async def _reject(
+    send: Send, status: int, type_: str, message: str, extra: tuple[tuple[str, str], ...] = ()
+) -> None:
     body = error_body(status, type_, message)
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    headers += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in extra]
     if status == 401:
         headers.append((b"www-authenticate", b"Bearer"))
     if status in (408, 413, 503):

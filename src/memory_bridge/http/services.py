@@ -15,6 +15,8 @@ from starlette.types import Scope
 from memory_bridge.chat.handler import ChatHandler
 from memory_bridge.chat.upstream import Upstream
 from memory_bridge.http.body_limits import BodyLimits
+from memory_bridge.http.readiness import Readiness
+from memory_bridge.http.token_limits import TokenLimiter
 from memory_bridge.jobs.worker import JobWorker
 from memory_bridge.settings import Settings
 from memory_bridge.sources.services import MemoryServices
@@ -35,6 +37,8 @@ class Services:
     worker: JobWorker | None  # None when `serve` leaves the queue to worker processes
     mcp: StreamableHTTPSessionManager  # `/mcp` (http/mcp); run for the app's lifetime
     console_sessions: ConsoleSessions
+    limiter: TokenLimiter
+    readiness: Readiness
 
 
 def services_of(request: HTTPConnection) -> Services:

@@ -2,7 +2,11 @@
 
 `serve` runs one in-process (the embedded case); `memory-bridge worker` runs one as its own
 process, and any number of them share a PostgreSQL queue. A job is leased, never locked for
-its whole run: a worker that dies leaves a lease that expires, and the job is claimed again.
+its whole run: the lease is short and a heartbeat renews it while the job runs (however long
+it takes: a rebuild page, a slow Mem0 add), so a worker that dies leaves a lease that expires
+within `lease` seconds and the job is claimed again. A worker starting on the same host gives
+back at once the leases of a process there that is gone (`events.owners`): a restarted server
+resumes a crashed one's work without waiting for them to expire.
 A failure is retried with exponential backoff up to `max_attempts`, then the job is
 `failed`, with its error (scrubbed of secrets) kept for the admin API.
 
@@ -15,10 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import socket
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -27,7 +28,7 @@ from sqlalchemy import Connection, select
 
 from memory_bridge.core import metrics
 from memory_bridge.core.request_context import request_id_var
-from memory_bridge.events import queue
+from memory_bridge.events import owners, queue
 from memory_bridge.events.log import stored_event
 from memory_bridge.events.model import StoredEvent
 from memory_bridge.events.queue import Job
@@ -55,7 +56,7 @@ class Consumer(Protocol):
 @dataclass(frozen=True, slots=True)
 class WorkerSettings:
     concurrency: int = 8
-    lease: float = 180.0  # longer than any job may run (`job_timeout`)
+    lease: float = 30.0  # renewed every third of it while the job runs
     job_timeout: float = 120.0
     poll: float = 1.0
     max_attempts: int = 5
@@ -63,10 +64,6 @@ class WorkerSettings:
     max_backoff: float = 300.0
     retention: float = 7 * 86400.0  # how long a done job is kept (seconds since it ended)
     purge_every: float = 600.0  # seconds between two looks for done jobs past their retention
-
-
-def worker_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 class JobWorker:
@@ -83,7 +80,7 @@ class JobWorker:
         self._settings = settings
         self._scrub = scrub
         self._after_job = after_job
-        self.owner = worker_id()
+        self.owner = owners.owner_id()
         self._wake = asyncio.Event()
         self._stopping = False
         self._running: dict[asyncio.Task[None], Job] = {}
@@ -92,6 +89,7 @@ class JobWorker:
         # ended job's successor waits (its end said so), or on a wake-up or the poll.
         self._full = False
         self._loop_task: asyncio.Task[None] | None = None
+        self._heartbeat_task: asyncio.Task[None] | None = None
         self._next_purge = 0.0  # time.monotonic() of the next look for expired done jobs
         self.completed = 0
 
@@ -104,6 +102,8 @@ class JobWorker:
 
     async def run(self) -> None:
         mark_background()  # its jobs' tasks, started below, inherit it
+        self._heartbeat_task = asyncio.create_task(self._heartbeat(), name="memory-bridge-lease")
+        await self._release_gone()
         while not self._stopping:
             # Cleared before looking: a wake-up that comes while the claim runs (a turn
             # enqueued meanwhile) is kept, and makes the next look immediate.
@@ -128,6 +128,33 @@ class JobWorker:
                     await self._wake.wait()
             except TimeoutError:
                 pass
+
+    async def _release_gone(self) -> None:
+        try:
+            released = await self._db.write(lambda c: queue.release_gone(c, owners.is_gone))
+        except Exception as exc:
+            log.error("releasing a dead worker's jobs failed: %s", type(exc).__name__)
+            return
+        if released:
+            log.info("took back %d job(s) leased by a process that is gone", released)
+
+    async def _heartbeat(self) -> None:
+        """Renew the leases of the jobs running here, every third of a lease: a job may run
+        longer than its lease, and its lease still ends soon after this process does."""
+        owner, lease = self.owner, self._settings.lease
+        while True:
+            await asyncio.sleep(lease / 3)
+            ids = [job.id for job in self._running.values()]
+            if not ids:
+                continue
+
+            def renew(conn: Connection, ids: list[int] = ids) -> int:
+                return queue.renew(conn, owner, ids, lease)
+
+            try:
+                await self._db.write(renew)
+            except Exception as exc:
+                log.error("renewing job leases failed: %s", type(exc).__name__)
 
     async def _purge_done(self) -> None:
         """One bounded batch of done jobs past their retention, when one is due: the queue
@@ -258,6 +285,9 @@ class JobWorker:
                     kept.append(job.id)
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
+        if self._heartbeat_task is not None:
+            self._heartbeat_task.cancel()  # the kept leases expire within one lease
+            await asyncio.gather(self._heartbeat_task, return_exceptions=True)
         owner = self.owner
         released = await self._db.write(lambda conn: queue.release(conn, owner, kept))
         if released:

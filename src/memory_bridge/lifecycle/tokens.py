@@ -13,10 +13,11 @@ import logging
 from typing import Any
 
 from memory_bridge.core.errors import ProxyError, invalid_request
+from memory_bridge.core.timestamps import iso_utc
 from memory_bridge.lifecycle.purge import purge_token
 from memory_bridge.lifecycle.reembed import reembed_if_changed
 from memory_bridge.sources.base import MemorySource
-from memory_bridge.sources.longterm.check import changes_longterm, check_longterm
+from memory_bridge.sources.longterm.check import changes_longterm, check_embedder, check_longterm
 from memory_bridge.sources.services import MemoryServices
 from memory_bridge.storage.tokens import TokenRecord
 from memory_bridge.storage.traces import TraceStore
@@ -36,8 +37,8 @@ def detail(record: TokenRecord, sources: tuple[MemorySource, ...]) -> dict[str, 
     out: dict[str, Any] = {
         "id": record.id,
         "name": record.name,
-        "created_at": record.created_at.isoformat() if record.created_at else None,
-        "updated_at": record.updated_at.isoformat() if record.updated_at else None,
+        "created_at": iso_utc(record.created_at),
+        "updated_at": iso_utc(record.updated_at),
     }
     if record.config is None:
         out["config"] = None
@@ -58,12 +59,19 @@ async def _checked(
 ) -> None:
     """Refuse (422) a config whose long-term memory cannot work here. Only when it changes
     what that layer talks to; `validate=False` skips every check beyond the schema."""
-    if not validate or not changes_longterm(old, new):
+    if not validate:
         return
     try:
-        await check_longterm(new, runtime.client)
+        if old is None or _embedder(old) != _embedder(new):
+            check_embedder(new)
+        if changes_longterm(old, new):
+            await check_longterm(new, runtime.client)
     except TokenConfigError as exc:
         raise invalid_request(str(exc)) from None
+
+
+def _embedder(config: TokenConfig) -> tuple[object, ...]:
+    return config.embed_provider, config.embed_dims, config.embed_body
 
 
 async def create_token(

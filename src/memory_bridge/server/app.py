@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -25,7 +26,9 @@ from memory_bridge.http.body_limits import BodyLimits
 from memory_bridge.http.edge import EdgeMiddleware
 from memory_bridge.http.errors import install_error_handlers
 from memory_bridge.http.mcp.server import create_session_manager
+from memory_bridge.http.readiness import Readiness, warm_up
 from memory_bridge.http.services import Services, services_of
+from memory_bridge.http.token_limits import TokenLimiter
 from memory_bridge.jobs.wiring import create_worker
 from memory_bridge.lifecycle.import_staging import sweep_stale
 from memory_bridge.settings import Settings
@@ -83,7 +86,12 @@ async def running_services(settings: Settings) -> AsyncIterator[Services]:
     health = StorageHealth()
     # A turn's summary job is due once its session has been idle that long (sources.summaries).
     delays = {summaries.CONSUMER: settings.summary_idle_seconds}
-    recorder = TurnRecorder(memory.db, settings.max_stored_message_bytes, delays)
+    recorder = TurnRecorder(
+        memory.db,
+        settings.max_stored_message_bytes,
+        delays,
+        settings.max_stored_messages_per_turn,
+    )
     worker = create_worker(memory) if settings.serve_worker else None
     if worker is not None:
         recorder.on_enqueued(worker.wake)
@@ -96,6 +104,8 @@ async def running_services(settings: Settings) -> AsyncIterator[Services]:
         health,
         memory.audit,
         max_upstream_body=settings.max_upstream_body_bytes,
+        max_request_messages=settings.max_request_messages,
+        parse_in_thread_bytes=settings.parse_in_thread_bytes,
         forge_rules=ForgeRules(rules=SelectRules(budget_tokens=settings.memory_token_budget)),
         traces=traces,
         claims=ResponseClaims(ResponseOwners(memory.db)),
@@ -118,6 +128,8 @@ async def running_services(settings: Settings) -> AsyncIterator[Services]:
                 worker=worker,
                 mcp=mcp,
                 console_sessions=ConsoleSessions(settings.console_session_seconds),
+                limiter=TokenLimiter(),
+                readiness=Readiness(),
             )
     finally:
         if worker is not None:
@@ -137,8 +149,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             app.state.services = services
             # Everything built so far lives as long as the server: out of the collector's way.
             freeze_long_lived()
-            log.info("MemoryBridge ready")
-            yield
+            warming = asyncio.create_task(
+                warm_up(services.memory, settings, services.readiness), name="warm-up"
+            )
+            log.info("MemoryBridge serving (warming up: GET /ready)")
+            try:
+                yield
+            finally:
+                warming.cancel()
+                await asyncio.gather(warming, return_exceptions=True)
         log.info("MemoryBridge stopped")
 
     app = _EdgeFirst(
@@ -152,6 +171,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         swagger_ui_oauth2_redirect_url=None,  # no OAuth flow: nothing to serve below /docs
     )
     install_error_handlers(app)
+
+    @app.get("/ready")
+    async def ready(request: Request) -> JSONResponse:
+        """200 once start-up's warm-up (the local model, vector shards) is over; 503 before."""
+        readiness = services_of(request).readiness
+        return JSONResponse(readiness.body(), status_code=200 if readiness.ready else 503)
 
     @app.get("/health")
     async def health(request: Request) -> JSONResponse:

@@ -31,10 +31,11 @@ NonEmpty = Annotated[StrictStr, Field(min_length=1, max_length=4096)]
 Positive = Annotated[StrictInt, Field(gt=0)]
 JsonObject = dict[str, Any]
 
-# Long-term memory (Mem0) is on when these are all set, off when none is; some but not all is a
-# 422 naming the missing ones. Keys, base URLs and bodies are optional (local servers need
-# neither key nor URL; they mean nothing while the layer is off), except that the `openai`
-# provider without a base URL means api.openai.com and needs a key.
+# Long-term memory (Mem0) is on when these are all set, off when none is; the embedder and its
+# size without the memory LLM is episodic memory on the token's own embedder (Mem0 off); any
+# other part of it is a 422 naming the missing ones. Keys, base URLs and bodies are optional
+# (local servers need neither key nor URL; they mean nothing while the layer is off), except
+# that the `openai` provider without a base URL means api.openai.com and needs a key.
 MEMORY_REQUIRED = ("memory_llm_provider", "embed_provider", "embed_dims")
 
 # Query parameters that carry a credential (`?key=`, `?api_key=`, `?access_token=`, `?sig=`,
@@ -50,6 +51,17 @@ _CREDENTIAL_PARAM = re.compile(
 # token config's validation, the server's loading and the settings' paths.
 TemplateLanguage = Literal["en", "zh"]
 TEMPLATE_LANGUAGES: tuple[TemplateLanguage, ...] = get_args(TemplateLanguage)
+
+
+class Limits(BaseModel):
+    """A token's own limits, enforced before any memory work (`http.token_limits`); each is
+    off when absent. The bounds only keep a typo from meaning "unlimited in practice"."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_concurrent: Annotated[StrictInt, Field(gt=0, le=10_000)] | None = None
+    requests_per_minute: Annotated[StrictInt, Field(gt=0, le=1_000_000)] | None = None
+    tokens_per_minute: Annotated[StrictInt, Field(gt=0, le=1_000_000_000)] | None = None
 
 
 class TokenConfig(BaseModel):
@@ -72,6 +84,7 @@ class TokenConfig(BaseModel):
     embed_body: JsonObject | None = None
     template: TemplateLanguage = "en"
     memory: JsonObject | None = None
+    limits: Limits | None = None
     _memory_config: MemoryConfig = PrivateAttr(default_factory=MemoryConfig)
 
     @field_validator(
@@ -131,21 +144,21 @@ class TokenConfig(BaseModel):
                 "'off' turns every memory layer off; remove the long-term memory settings "
                 "(" + ", ".join(MEMORY_REQUIRED) + ") or choose another mode",
             )
-        missing = [name for name in MEMORY_REQUIRED if getattr(self, name) is None]
+        # An embedder without a memory LLM is episodic memory with the token's own embedder,
+        # long-term (Mem0) off; a memory LLM needs the embedder, and an embedder its size.
+        embedder_only = self.memory_llm_provider is None
+        needed = MEMORY_REQUIRED[1:] if embedder_only else MEMORY_REQUIRED
+        missing = [name for name in needed if getattr(self, name) is None]
         if missing:
+            what = "the embedder" if embedder_only else "long-term memory"
             raise TokenConfigError(
-                missing[0],
-                "long-term memory is partly configured; missing " + ", ".join(missing),
+                missing[0], f"{what} is partly configured; missing " + ", ".join(missing)
             )
-        for provider, base_url, key, label in (
-            (
-                self.memory_llm_provider,
-                self.memory_llm_base_url,
-                self.memory_llm_api_key,
-                "memory_llm",
-            ),
-            (self.embed_provider, self.embed_base_url, self.embed_api_key, "embed"),
-        ):
+        providers = [(self.embed_provider, self.embed_base_url, self.embed_api_key, "embed")]
+        if not embedder_only:
+            llm = self.memory_llm_provider, self.memory_llm_base_url, self.memory_llm_api_key
+            providers.insert(0, (*llm, "memory_llm"))
+        for provider, base_url, key, label in providers:
             if provider == "openai" and base_url is None and key is None:
                 raise TokenConfigError(
                     f"{label}_api_key",
@@ -178,12 +191,23 @@ def validate_config(data: object) -> TokenConfig:
     except TokenConfigError:
         raise
     except ValidationError as exc:
-        err = exc.errors()[0]
-        if isinstance(cause := (err.get("ctx") or {}).get("error"), TokenConfigError):
-            raise cause from None
-        field = ".".join(str(p) for p in err["loc"]) or "body"
-        message = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
-        raise TokenConfigError(field, message) from None
+        # Every field's problem at once (a first-run user should not fix them one per save);
+        # the error names the first field, its message lists all of them.
+        problems = [_problem(err) for err in exc.errors()]
+        if len(problems) == 1:
+            raise problems[0] from None
+        raise TokenConfigError(
+            problems[0].field,
+            "; ".join([str(problems[0]).split(": ", 1)[1], *map(str, problems[1:])]),
+        ) from None
+
+
+def _problem(err: Any) -> TokenConfigError:
+    if isinstance(cause := (err.get("ctx") or {}).get("error"), TokenConfigError):
+        return cause
+    field = ".".join(str(p) for p in err["loc"]) or "body"
+    message = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
+    return TokenConfigError(field, message)
 
 
 def merge_patch(current: TokenConfig, patch: object) -> TokenConfig:

@@ -184,6 +184,9 @@ class MemoryConfig(BaseModel):
     mode: MemoryMode = "hybrid"
     explicit: bool = False  # False: no `mode` was given, hybrid is implied
     gateway: GatewayConfig | None = None
+    # A `gateway` block was given without complete credentials (implicit hybrid): degraded,
+    # where no block at all is simply off.
+    gateway_incomplete: bool = False
     placement: Placement = "stable"
     forge: ForgeConfig | None = None  # None: the server's defaults
     longterm: LongTermConfig = LONGTERM_DEFAULT
@@ -212,6 +215,8 @@ def gateway_status(cfg: MemoryConfig) -> str:
         return PASSTHROUGH_STATUS
     if cfg.mode == "curated":
         return "off (curated mode)"
+    if not cfg.gateway_incomplete:
+        return "off (no gateway configured)"
     return "degraded: no gateway credentials"
 
 
@@ -278,7 +283,13 @@ def parse_memory_config(raw: object) -> MemoryConfig:
         # Validate what was given; stand-ins fill the missing credentials and are discarded.
         stand_ins = {"base_url": "http://unset", "user_id": "unset", "user_key": "unset"}
         _validate_gateway({**stand_ins, **gw}, field)
-        return MemoryConfig(explicit=False, placement=placement, forge=forge, longterm=longterm)
+        return MemoryConfig(
+            explicit=False,
+            gateway_incomplete=True,
+            placement=placement,
+            forge=forge,
+            longterm=longterm,
+        )
     return MemoryConfig(
         explicit=explicit,
         gateway=_validate_gateway(gw, field),

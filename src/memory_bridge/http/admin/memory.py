@@ -8,6 +8,7 @@ from fastapi import APIRouter, Path, Query, Request
 from starlette.responses import Response
 
 from memory_bridge.core.errors import ProxyError, invalid_request
+from memory_bridge.core.timestamps import iso_utc
 from memory_bridge.events.curated import CuratedRepository, Kind
 from memory_bridge.http.admin.schemas import (
     EventCursor,
@@ -142,7 +143,7 @@ async def list_events(
                 "session": e.session,
                 "request_id": e.request_id,
                 "data": e.data,
-                "created_at": e.created_at.isoformat() if e.created_at else None,
+                "created_at": iso_utc(e.created_at),
             }
             for e in found
         ]

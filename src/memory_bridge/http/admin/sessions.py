@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 from starlette.responses import Response
 
 from memory_bridge.core.errors import ProxyError
+from memory_bridge.core.timestamps import iso_utc
 from memory_bridge.core.turn import TOKEN_WIDE_USER
 from memory_bridge.events.session_index import SessionIndex
 from memory_bridge.http.admin.schemas import (
@@ -110,7 +111,7 @@ async def _known(request: Request, token_id: int) -> None:
 
 
 def _iso(value: Any) -> str | None:
-    return value.isoformat() if value is not None else None
+    return iso_utc(value)
 
 
 @router.get("/users", response_model=UserList, responses=error_responses(404))

@@ -29,6 +29,7 @@ from typing import Any
 
 import httpx
 
+from memory_bridge.embedding.local import DEFAULT_DIMS, DEFAULT_MODEL
 from memory_bridge.sources.failures import LOCAL_EXTRA_MODULES
 from memory_bridge.sources.longterm import config as mem0_config
 from memory_bridge.tenancy.config import TokenConfig, config_secrets
@@ -87,6 +88,7 @@ async def check_longterm(
                 f"'{missing[0]}'): pip install 'memory-bridge[local]' (scripts/run.sh does)",
                 "local_embedder_unavailable",
             ).error()
+        check_embedder(config)
     if not probe:
         return
     secrets = config_secrets(config)
@@ -103,6 +105,23 @@ async def check_longterm(
         + [f"{r.field}: {r.reason} ({r.category})" for r in others]
     )
     raise TokenConfigError(first.field, f"{reason}; {SKIP_HINT}")
+
+
+def check_embedder(config: TokenConfig) -> None:
+    """What is wrong with the token's embedder and known without calling it, whichever layer
+    uses it (Mem0, or episodic memory alone): the packaged local model's vector size."""
+    if config.embed_provider != "local" or config.embed_dims is None:
+        return
+    if (config.embed_body or {}).get("model"):
+        return  # a model of one's own: its size is known only once it is loaded
+    if config.embed_dims != DEFAULT_DIMS:
+        # Every chat of the token would fail on it otherwise.
+        raise Refusal(
+            "embed_dims",
+            f"the packaged local model ({DEFAULT_MODEL}) makes {DEFAULT_DIMS}-dim vectors, "
+            f"not {config.embed_dims}: set embed_dims to {DEFAULT_DIMS}",
+            "dims_mismatch",
+        ).error()
 
 
 def missing_local_modules(*, with_packaged_model: bool) -> list[str]:
