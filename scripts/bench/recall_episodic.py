@@ -15,9 +15,10 @@ A candidate's dia id is found from its lineage (event id) and its text. Latency:
 `rank`, one query at a time.
 
 Variants change only what the product lets a caller set (`EpisodicMemory`'s keyword
-arguments, the forge's `RankWeights`); the `product` variant sets nothing, so it is what the
-proxy runs. Embeddings of stored texts are memoised across the variants' indexes (the embedder
-is deterministic); every query is embedded for real.
+arguments, the forge's ranking configuration `Ranking`, whose every field a variant may set as
+`+name=value`, and its named presets as `+preset=name`); the `product` variant sets nothing, so
+it is what the proxy runs. Embeddings of stored texts are memoised across the variants'
+indexes (the embedder is deterministic); every query is embedded for real.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from typing import Any
 import httpx
 
 from bench.locomo import Conversation, Scored, Turn, by_category, score, summarize
-from memory_bridge.context.forge.rank import RankWeights, rank
+from memory_bridge.context.forge.rank import rank
 from memory_bridge.core.blocking import BlockingExecutor
 from memory_bridge.core.messages import Message
 from memory_bridge.core.turn import Reply, Scope
@@ -43,6 +44,7 @@ from memory_bridge.embedding.embedders import Embedders, EmbedderSpec, embedder_
 from memory_bridge.sources.base import Exchange
 from memory_bridge.sources.episodic import MAX_TEXT_CHARS, EpisodicMemory
 from memory_bridge.tenancy.config import TokenConfig
+from memory_bridge.tenancy.ranking import Ranking, partial, preset
 from memory_bridge.vectors.edge import EdgeEngine
 
 TIMEOUT = 120.0  # generous: the benchmark measures latency, it does not enforce it
@@ -90,22 +92,43 @@ class Variant:
     context: bool | None = None
     dated: bool = False
     apply: str = "both"  # where the weights apply: "both", "engine" (only), "forge" (only)
+    preset: str = "default"  # a named preset of the ranking configuration
+    # Fields of the ranking configuration (snake or camel names) -> values.
+    ranking: tuple[tuple[str, float], ...] = ()
 
     @property
     def index_key(self) -> tuple[bool | None, bool]:
         return (self.context, self.dated)
 
     def describe(self) -> str:
-        if self.name == "product":
-            return "product defaults (no setting passed)"
+        extra = f", preset {self.preset}" if self.preset != "default" else ""
+        extra += "".join(f", {k}={v:g}" for k, v in self.ranking)
+        if self.dense is None:
+            return "product defaults (no setting passed)" + extra
+        return self._weights() + extra
+
+    def _weights(self) -> str:
         context = {None: "default", True: "in context", False: "plain"}[self.context]
         where = "" if self.apply == "both" else f" ({self.apply} only)"
         dated = ", stored at the sessions' dates" if self.dated else ""
         return f"BM25 {context}, dense/sparse {self.dense:g}/{self.sparse:g}{where}{dated}"
 
+    def rank_config(self) -> Ranking:
+        """The forge's configuration of this variant: the product's, with its preset, its
+        dense/sparse weights (for episodic candidates, as the product's default sets them) and
+        its named fields."""
+        config = preset(self.preset)
+        update: dict[str, Any] = dict(self.ranking)
+        if self.apply != "engine" and self.dense is not None and self.sparse is not None:
+            episodic = {"dense": self.dense, "sparse": self.sparse}
+            update.update(dense_weight=self.dense, sparse_weight=self.sparse)
+            update["source_weights"] = {"episodic": episodic}
+        return config.updated(partial(update)) if update else config
+
 
 PRODUCT = Variant("product")
 _SPEC = re.compile(r"(ctx|plain)-([0-9.]+)/([0-9.]+)(-engine|-forge)?(-dated)?")
+_SETTING = re.compile(r"([A-Za-z_]+)=([A-Za-z0-9_.]+)")
 DEFAULT_VARIANTS = (
     "ctx-1/1,ctx-0.5/1,plain-1/1,plain-0.5/1,ctx-0/1,ctx-1/0,ctx-1/1-dated,ctx-0.5/1-dated"
 )
@@ -113,26 +136,47 @@ DEFAULT_VARIANTS = (
 
 def parse_variants(spec: str) -> list[Variant]:
     """`product` (always first) plus e.g. "ctx-0.5/1", "plain-1/1", "ctx-1/1-dated";
-    "-engine" / "-forge" apply the weights to the engine's fusion or the forge's rank only."""
+    "-engine" / "-forge" apply the weights to the engine's fusion or the forge's rank only;
+    "+name=value" sets a field of the ranking configuration, "+preset=name" a named preset
+    (e.g. "product+preset=keyword", "ctx-1/1+recencyWeight=0")."""
     out = [PRODUCT]
     for part in (p.strip() for p in spec.split(",")):
         if not part or part == "product":
             continue
-        match = _SPEC.fullmatch(part)
+        head, *settings = part.split("+")
+        if head == "product":
+            out.append(_with_settings(PRODUCT, part, settings))
+            continue
+        match = _SPEC.fullmatch(head)
         if match is None:
             raise ValueError(
                 f"variant {part!r}: want [ctx|plain]-<dense>/<sparse>[-engine|-forge][-dated]"
             )
-        out.append(
-            Variant(
-                part,
-                dense=float(match.group(2)),
-                sparse=float(match.group(3)),
-                context=match.group(1) == "ctx",
-                dated=bool(match.group(5)),
-                apply=(match.group(4) or "-both")[1:],
-            )
+        variant = Variant(
+            part,
+            dense=float(match.group(2)),
+            sparse=float(match.group(3)),
+            context=match.group(1) == "ctx",
+            dated=bool(match.group(5)),
+            apply=(match.group(4) or "-both")[1:],
         )
+        out.append(_with_settings(variant, part, settings))
+    return out
+
+
+def _with_settings(variant: Variant, name: str, settings: Sequence[str]) -> Variant:
+    chosen = variant.preset
+    fields: list[tuple[str, float]] = []
+    for setting in settings:
+        match = _SETTING.fullmatch(setting)
+        if match is None:
+            raise ValueError(f"variant {name!r}: want +name=value, got {setting!r}")
+        if match.group(1) == "preset":
+            chosen = match.group(2)
+        else:
+            fields.append((match.group(1), float(match.group(2))))
+    out = dataclasses.replace(variant, name=name, preset=chosen, ranking=tuple(fields))
+    out.rank_config()  # an unknown field, preset or value is refused here, not mid-run
     return out
 
 
@@ -147,17 +191,6 @@ def _settings(variant: Variant, *, query: bool) -> dict[str, Any]:
     elif variant.context is not None:
         kwargs["index_context"] = variant.context
     return kwargs
-
-
-def rank_weights(variant: Variant) -> RankWeights:
-    weights = RankWeights()
-    if variant.apply == "engine":
-        return weights
-    if variant.dense is not None:
-        weights = dataclasses.replace(weights, dense=variant.dense)
-    if variant.sparse is not None:
-        weights = dataclasses.replace(weights, sparse=variant.sparse)
-    return weights
 
 
 def exchanges(turns: Sequence[Turn]) -> list[tuple[list[Turn], Turn | None]]:
@@ -243,7 +276,12 @@ class EpisodicBench:
         return IndexedConversation(conv, dia_ids, now)
 
     async def ask(
-        self, memory: EpisodicMemory, indexed: IndexedConversation, variant: Variant, text: str
+        self,
+        memory: EpisodicMemory,
+        indexed: IndexedConversation,
+        variant: Variant,
+        text: str,
+        ranking: Ranking,
     ) -> tuple[list[str], float]:
         """The dia ids in the forge's order, and the milliseconds of recall + rank."""
         conv = indexed.conversation
@@ -252,7 +290,7 @@ class EpisodicBench:
         started = time.perf_counter()
         recall = await memory.recall(turn)
         now = indexed.now if indexed.now is not None else time.time()
-        ranked = rank(recall.candidates, rank_weights(variant), now)
+        ranked = rank(recall.candidates, ranking, now)
         latency_ms = (time.perf_counter() - started) * 1000
         ids = [indexed.dia_ids[(s.candidate.lineage["event_id"], s.candidate.text)] for s in ranked]
         return ids, latency_ms
@@ -296,12 +334,13 @@ async def run(
     results: list[dict[str, Any]] = []
     for variant in variants:
         memory = bench.memory(variant, query=True)
+        ranking = variant.rank_config()
         per_conversation: dict[str, Any] = {}
         all_scored: list[Scored] = []
         for item in indexed[variant.index_key]:
             scored = []
             for question in item.conversation.questions[:limit_questions]:
-                ids, latency_ms = await bench.ask(memory, item, variant, question.text)
+                ids, latency_ms = await bench.ask(memory, item, variant, question.text, ranking)
                 scored.append(score(question, ids, latency_ms))
             all_scored.extend(scored)
             summary = summarize(scored)

@@ -19,7 +19,7 @@ from memory_bridge.chat.capture import DEFAULT_LIMIT
 from memory_bridge.chat.formats import CHAT, WireFormat
 from memory_bridge.chat.relay import is_sse, read_bounded, relay_events, stream_headers
 from memory_bridge.chat.upstream import Opened, Upstream
-from memory_bridge.context.forge.pipeline import ForgeRules, forge
+from memory_bridge.context.forge.pipeline import forge
 from memory_bridge.context.recall import recall_all
 from memory_bridge.context.template import MemoryTemplate
 from memory_bridge.core.errors import invalid_request
@@ -34,6 +34,7 @@ from memory_bridge.storage.health import StorageHealth
 from memory_bridge.storage.traces import TraceStore
 from memory_bridge.tenancy.config import TokenConfig
 from memory_bridge.tenancy.forge_config import ForgeConfig
+from memory_bridge.tenancy.ranking import Ranking
 
 log = logging.getLogger(__name__)
 _MAX_ID = 200
@@ -79,7 +80,7 @@ class ChatHandler:
         audit: AuditLog,
         *,
         max_upstream_body: int = DEFAULT_LIMIT,
-        forge_rules: ForgeRules | None = None,
+        ranking: Ranking | None = None,
         traces: TraceStore | None = None,
     ) -> None:
         self._sources = sources
@@ -91,8 +92,8 @@ class ChatHandler:
         # The most of an upstream answer held to parse it; larger ones are relayed unparsed.
         self._max_body = max_upstream_body
         self._inline: set[asyncio.Task[object]] = set()
-        self._forge_rules = forge_rules or ForgeRules()
-        self._token_rules: dict[ForgeConfig, ForgeRules] = {}
+        self._ranking = ranking or Ranking()
+        self._token_rules: dict[ForgeConfig, Ranking] = {}
         self._traces = traces
 
     async def handle(self, req: ChatRequest) -> Outgoing:
@@ -198,16 +199,16 @@ class ChatHandler:
         self._health.write_succeeded()
         return True
 
-    def _rules_for(self, overrides: ForgeConfig | None) -> ForgeRules:
-        """The forge rules of a token: the server's, with its `memory.forge` overrides applied
+    def _rules_for(self, overrides: ForgeConfig | None) -> Ranking:
+        """The ranking of a token: the server's, with its `memory.forge` overrides applied
         once per distinct config (a token's config is parsed once, when it is loaded)."""
         if overrides is None:
-            return self._forge_rules
+            return self._ranking
         rules = self._token_rules.get(overrides)
         if rules is None:
             if len(self._token_rules) >= _RULES_MEMO:
                 self._token_rules.clear()
-            rules = self._token_rules[overrides] = self._forge_rules.for_token(overrides)
+            rules = self._token_rules[overrides] = overrides.apply(self._ranking)
         return rules
 
     def _keep_trace(self, turn: Turn, trace: dict[str, Any]) -> None:

@@ -14,8 +14,6 @@ from starlette.types import Receive, Scope, Send
 
 from memory_bridge.chat.handler import ChatHandler
 from memory_bridge.chat.upstream import Upstream, create_session
-from memory_bridge.context.forge.pipeline import ForgeRules
-from memory_bridge.context.forge.select import SelectRules
 from memory_bridge.context.template import MemoryTemplate, load_template
 from memory_bridge.core import token_count
 from memory_bridge.core.heap import freeze_long_lived
@@ -30,6 +28,7 @@ from memory_bridge.settings import Settings
 from memory_bridge.sources.services import open_memory_services
 from memory_bridge.storage.health import StorageHealth
 from memory_bridge.storage.traces import TraceStore
+from memory_bridge.tenancy.ranking import Ranking
 
 log = logging.getLogger(__name__)
 
@@ -93,9 +92,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 health,
                 runtime.audit,
                 max_upstream_body=settings.max_upstream_body_bytes,
-                forge_rules=ForgeRules(
-                    rules=SelectRules(budget_tokens=settings.memory_token_budget)
-                ),
+                ranking=Ranking(memory_token_budget=settings.memory_token_budget),
                 traces=traces,
             ),
             traces=traces,

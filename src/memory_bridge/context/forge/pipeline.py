@@ -12,44 +12,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from memory_bridge.context.forge.rank import RankWeights, rank
-from memory_bridge.context.forge.select import SelectRules, select
+from memory_bridge.context.forge.rank import rank
+from memory_bridge.context.forge.select import select
 from memory_bridge.context.forge.trace import build
 from memory_bridge.core.candidates import Candidate, Outcome
 from memory_bridge.core.messages import Message
 from memory_bridge.sources.base import Recall
-from memory_bridge.tenancy.forge_config import ForgeConfig
-
-
-@dataclass(frozen=True, slots=True)
-class ForgeRules:
-    weights: RankWeights = field(default_factory=RankWeights)
-    rules: SelectRules = field(default_factory=SelectRules)
-
-    def for_token(self, overrides: ForgeConfig | None) -> ForgeRules:
-        """These rules with a token's `memory.forge` overrides (the same object without)."""
-        if overrides is None:
-            return self
-        o, w, r = overrides, self.weights, self.rules
-        weights = RankWeights(
-            dense=w.dense if o.dense_weight is None else o.dense_weight,
-            sparse=w.sparse if o.sparse_weight is None else o.sparse_weight,
-            recency=w.recency if o.recency_weight is None else o.recency_weight,
-            half_life_days=w.half_life_days if o.half_life_days is None else o.half_life_days,
-            importance=w.importance if o.importance_weight is None else o.importance_weight,
-            per_source={**w.per_source, **o.per_source},
-        )
-        rules = SelectRules(
-            budget_tokens=(
-                r.budget_tokens if o.memory_token_budget is None else o.memory_token_budget
-            ),
-            min_score=r.min_score if o.min_score is None else o.min_score,
-            near_duplicate=r.near_duplicate if o.near_duplicate is None else o.near_duplicate,
-        )
-        return ForgeRules(weights, rules)
+from memory_bridge.tenancy.ranking import Ranking
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +42,7 @@ def _candidates(recall: Recall) -> list[Candidate]:
 def forge(
     recalls: Sequence[Recall],
     request: Sequence[Message],
-    forge_rules: ForgeRules,
+    ranking: Ranking,
     count_tokens: Callable[[str], int],
     now: float,
 ) -> Forged:
@@ -78,8 +50,8 @@ def forge(
     in_prompt = [m.text() for r in recalls for m in r.history] + [m.text() for m in request]
     outcomes: list[Outcome] = []
     if candidates:
-        ranked = rank(candidates, forge_rules.weights, now)
-        outcomes = select(ranked, forge_rules.rules, count_tokens, in_prompt)
+        ranked = rank(candidates, ranking, now)
+        outcomes = select(ranked, ranking, count_tokens, in_prompt)
     kept: dict[str, list[str]] = {}
     for outcome in outcomes:
         if outcome.kept:
@@ -92,7 +64,7 @@ def forge(
         for r in recalls
     ]
     return Forged(
-        forged, build(outcomes, _blocks(recalls, count_tokens), forge_rules.rules.budget_tokens)
+        forged, build(outcomes, _blocks(recalls, count_tokens), ranking.memory_token_budget)
     )
 
 

@@ -12,18 +12,11 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 
 from memory_bridge.core.candidates import Drop, Outcome, Scored
+from memory_bridge.tenancy.ranking import Ranking
 
 _SPACE = re.compile(r"\s+")
-
-
-@dataclass(frozen=True, slots=True)
-class SelectRules:
-    budget_tokens: int = 1500
-    min_score: float = 0.0  # on the final score; 0 keeps anything ranked
-    near_duplicate: float = 0.95  # cosine at or above which two items are the same
 
 
 def normalised(text: str) -> str:
@@ -38,7 +31,7 @@ def cosine(a: Sequence[float], b: Sequence[float]) -> float:
 
 def select(
     ranked: Sequence[Scored],
-    rules: SelectRules,
+    rules: Ranking,
     count_tokens: Callable[[str], int],
     in_prompt: Iterable[str] = (),
 ) -> list[Outcome]:
@@ -68,7 +61,7 @@ def select(
         if c.vector is not None:
             vectors.append((f"{c.source}:{c.id}", c.vector))
         tokens = count_tokens(c.text)
-        if spent + tokens > rules.budget_tokens:
+        if spent + tokens > rules.memory_token_budget:
             out.append(Outcome(item, False, tokens=tokens, reason=Drop.BUDGET))
             continue
         spent += tokens
