@@ -9,12 +9,15 @@ Quality (see `scripts/bench/recall_episodic.py`): for each conversation of
 for the data and the metric), one end user of one token whose embedder is the local
 all-MiniLM-L6-v2; every exchange of every session goes, in order, through
 `EpisodicMemory.remember` into an embedded Qdrant Edge shard in a temporary directory. Every
-question of categories 1-4 goes through `EpisodicMemory.recall` and the Context Forge's `rank`;
-the candidates in the forge's order are scored, macro-averaged over questions:
+question of categories 1-4 goes through `EpisodicMemory.recall` and the Context Forge's `rank`
+and `select`; what the forge injects (after its relevance floor and budget), in its order, is
+scored, macro-averaged over questions:
 
 - `turn@k`: fraction of the question's evidence turns among the top k (k = 5, 10, 20);
 - `sess@k`: fraction of the evidence sessions covered by the sessions of the top-k turns;
-- latency p50/p95 of the recall stage (`recall` + `rank`: query embedding included).
+- latency p50/p95 of the recall stage (`recall` + `rank` + `select`: query embedding included);
+- injected tokens per request, and (product variant) the off-topic figures: each conversation's
+  memory asked the OTHER conversations' questions, the share that got nothing injected.
 
 The `product` variant passes no setting: it is what the proxy runs. The others (`--variants`)
 set the fusion weights (engine and forge alike), BM25 of a message alone or in its context,
@@ -59,7 +62,7 @@ REFERENCES = {
 def variants_table(variants: Sequence[dict[str, Any]]) -> str:
     cats = list(CATEGORIES.values())
     head = ["variant", "setting", *(f"turn@{k}" for k in KS), "sess@10"]
-    head += [f"{c} turn@10" for c in cats] + ["p50 ms", "p95 ms"]
+    head += [f"{c} turn@10" for c in cats] + ["tokens/req", "p50 ms", "p95 ms"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for v in variants:
         o = v["overall"]
@@ -68,9 +71,25 @@ def variants_table(variants: Sequence[dict[str, Any]]) -> str:
         cells += [
             f"{v['by_category'][c]['turn@10']:.3f}" if c in v["by_category"] else "-" for c in cats
         ]
-        cells += [f"{o['p50_ms']:.1f}", f"{o['p95_ms']:.1f}"]
+        cells += [f"{o['injected_tokens']:.0f}", f"{o['p50_ms']:.1f}", f"{o['p95_ms']:.1f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def off_topic_table(product: dict[str, Any]) -> str:
+    """On-topic (the conversation's own questions) against off-topic (the others')."""
+    on, off = product["overall"], product["off_topic"]
+    head = "| questions asked | n | nothing injected | injected tokens / request |"
+    return "\n".join(
+        [
+            head,
+            "|---|---|---|---|",
+            f"| own conversation's | {on['questions']} | {on['nothing_injected']:.1%} "
+            f"| {on['injected_tokens']:.0f} |",
+            f"| other conversations' (off-topic) | {off['questions']} "
+            f"| {off['nothing_injected']:.1%} | {off['injected_tokens']:.0f} |",
+        ]
+    )
 
 
 def comparison(overall: dict[str, Any], mem0: dict[str, Any] | None) -> str:
@@ -149,6 +168,7 @@ def render(report: dict[str, Any]) -> str:
             table(rows, "conversation"),
             table(list(report["by_category"].items()), "category"),
             variants_table(report["variants"]),
+            off_topic_table(report["variants"][0]),
             comparison(report["overall"], report.get("mem0")),
         ]
         if "mem0" in report:

@@ -10,9 +10,14 @@ temporary directory) stores them with BM25 of the text in its context.
 
 Recall: each question goes through `EpisodicMemory.recall` (query embedding, hybrid search of
 the end user's messages, weighted RRF in the engine) and the Context Forge's `rank` (weighted
-RRF + recency); the candidates in the order of the forge's final score are the ranking scored.
-A candidate's dia id is found from its lineage (event id) and its text. Latency: `recall` +
-`rank`, one query at a time.
+RRF + recency) and `select` (relevance floor, duplicates, token budget); only the items the
+forge keeps, i.e. what the proxy would inject, in its order, are the ranking scored. A
+candidate's dia id is found from its lineage (event id) and its text. Latency: `recall` +
+`rank` + `select`, one query at a time.
+
+Off-topic (`off_topic`): each conversation's memory is also asked the other conversations'
+questions; a question unrelated to what is stored should get nothing injected. Reported: the
+share of such questions that got nothing, and the injected tokens per request.
 
 Variants change only what the product lets a caller set (`EpisodicMemory`'s keyword
 arguments, the forge's ranking configuration `Ranking`, whose every field a variant may set as
@@ -36,8 +41,10 @@ import httpx
 
 from bench.locomo import Conversation, Scored, Turn, by_category, score, summarize
 from memory_bridge.context.forge.rank import rank
+from memory_bridge.context.forge.select import select
 from memory_bridge.core.blocking import BlockingExecutor
 from memory_bridge.core.messages import Message
+from memory_bridge.core.token_count import count_tokens
 from memory_bridge.core.turn import Reply, Scope
 from memory_bridge.core.turn import Turn as ChatTurn
 from memory_bridge.embedding.embedders import Embedders, EmbedderSpec, embedder_spec
@@ -282,8 +289,9 @@ class EpisodicBench:
         variant: Variant,
         text: str,
         ranking: Ranking,
-    ) -> tuple[list[str], float]:
-        """The dia ids in the forge's order, and the milliseconds of recall + rank."""
+    ) -> tuple[list[str], int, float]:
+        """The dia ids the forge injects, in its order, their tokens, and the milliseconds of
+        recall + rank + select."""
         conv = indexed.conversation
         scope = Scope(token_id=self.token(variant.index_key), user=conv.sample_id, session="ask")
         turn = ChatTurn("q", scope, self.config, (Message(role="user", content=text),), text)
@@ -291,9 +299,13 @@ class EpisodicBench:
         recall = await memory.recall(turn)
         now = indexed.now if indexed.now is not None else time.time()
         ranked = rank(recall.candidates, ranking, now)
+        kept = [o for o in select(ranked, ranking, count_tokens, [text]) if o.kept]
         latency_ms = (time.perf_counter() - started) * 1000
-        ids = [indexed.dia_ids[(s.candidate.lineage["event_id"], s.candidate.text)] for s in ranked]
-        return ids, latency_ms
+        ids = [
+            indexed.dia_ids[(o.scored.candidate.lineage["event_id"], o.scored.candidate.text)]
+            for o in kept
+        ]
+        return ids, sum(o.tokens for o in kept), latency_ms
 
     async def close(self) -> None:
         await self.executor.shutdown(30.0)
@@ -337,16 +349,20 @@ async def run(
         ranking = variant.rank_config()
         per_conversation: dict[str, Any] = {}
         all_scored: list[Scored] = []
+        tokens: list[int] = []
         for item in indexed[variant.index_key]:
             scored = []
             for question in item.conversation.questions[:limit_questions]:
-                ids, latency_ms = await bench.ask(memory, item, variant, question.text, ranking)
-                scored.append(score(question, ids, latency_ms))
+                ids, spent, ms = await bench.ask(memory, item, variant, question.text, ranking)
+                scored.append(score(question, ids, ms))
+                tokens.append(spent)
             all_scored.extend(scored)
             summary = summarize(scored)
             summary["turns"] = len(item.conversation.turns)
             per_conversation[item.conversation.sample_id] = summary
         overall = summarize(all_scored)
+        overall["injected_tokens"] = round(sum(tokens) / max(1, len(tokens)), 1)
+        overall["nothing_injected"] = round(tokens.count(0) / max(1, len(tokens)), 4)
         print(
             f"{variant.name}: turn@10 {overall['turn@10']:.3f}, p50 {overall['p50_ms']:.1f} ms",
             file=sys.stderr,
@@ -366,6 +382,10 @@ async def run(
                 "by_category": by_category(all_scored),
             }
         )
+        if variant is variants[0]:
+            results[-1]["off_topic"] = await off_topic(
+                bench, memory, indexed[variant.index_key], variant, ranking, limit_questions
+            )
     report = {
         "pipeline": (
             "EpisodicMemory.remember per exchange; EpisodicMemory.recall + forge rank "
@@ -375,3 +395,34 @@ async def run(
         "variants": results,
     }
     return report, bench
+
+
+async def off_topic(
+    bench: EpisodicBench,
+    memory: EpisodicMemory,
+    indexed: Sequence[IndexedConversation],
+    variant: Variant,
+    ranking: Ranking,
+    limit_questions: int | None,
+) -> dict[str, Any]:
+    """Each conversation's memory asked the other conversations' questions."""
+    tokens: list[int] = []
+    for item in indexed:
+        for other in indexed:
+            if other is item:
+                continue
+            for question in other.conversation.questions[:limit_questions]:
+                _, spent, _ = await bench.ask(memory, item, variant, question.text, ranking)
+                tokens.append(spent)
+    out = {
+        "questions": len(tokens),
+        "nothing_injected": round(tokens.count(0) / max(1, len(tokens)), 4),
+        "injected_tokens": round(sum(tokens) / max(1, len(tokens)), 1),
+    }
+    print(
+        f"{variant.name} off-topic: nothing injected for {out['nothing_injected']:.1%}, "
+        f"{out['injected_tokens']} tokens per request",
+        file=sys.stderr,
+        flush=True,
+    )
+    return out

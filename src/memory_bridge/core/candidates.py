@@ -20,6 +20,9 @@ class Candidate:
     sparse_rank: int | None = None
     dense_score: float | None = None
     sparse_score: float | None = None
+    # Scores comparable across queries, for the relevance floor: the dense score is a cosine;
+    # the sparse coverage is the fraction of the query's keyword terms the item contains.
+    sparse_coverage: float | None = None
     created_at: float | None = None  # epoch seconds, for recency
     importance: float | None = None  # 0..1 where the source has one
     vector: tuple[float, ...] | None = None  # for near-duplicate detection, when known
@@ -32,6 +35,7 @@ class Candidate:
 
 class Drop(StrEnum):
     THRESHOLD = "threshold"
+    FLOOR = "below_floor"  # nothing of the request's candidates is relevant enough
     DUPLICATE = "duplicate"
     IN_PROMPT = "in_prompt"  # the history window or the request already carries it
     BUDGET = "budget"

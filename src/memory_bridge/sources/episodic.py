@@ -148,6 +148,7 @@ class EpisodicMemory:
                 sparse_rank=hit.sparse_rank,
                 dense_score=hit.dense_score,
                 sparse_score=hit.sparse_score,
+                sparse_coverage=hit.sparse_coverage,
                 created_at=hit.payload.created_at or None,
                 lineage={
                     k: v

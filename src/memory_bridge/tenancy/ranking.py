@@ -64,6 +64,14 @@ class Ranking(BaseModel):
     importance_weight: _Weight = 0.1
     # On the final score, whose best possible value is ~(dense + sparse) / 61 + a little.
     min_score: _Unit = 0.0
+    # The relevance floor (`context.forge.floor`): a request's ranked items are injected only
+    # when one of them has a cosine with the query of at least `dense_floor` or contains at
+    # least `sparse_floor` of the query's keyword terms; then each must reach `noise_share` of
+    # a floor. 0.5 is where the local MiniLM separates a related from an unrelated message;
+    # an API embedder with another scale sets its own (docs/decisions.md). 0 turns a floor off.
+    dense_floor: _Unit = 0.5
+    sparse_floor: _Unit = 0.7
+    noise_share: _Unit = 0.5
     near_duplicate: Annotated[float, Field(ge=0.5, le=1.0)] = 0.95
 
     @field_validator(
@@ -73,6 +81,9 @@ class Ranking(BaseModel):
         "half_life_days",
         "importance_weight",
         "min_score",
+        "dense_floor",
+        "sparse_floor",
+        "noise_share",
         "near_duplicate",
         mode="before",
     )
@@ -146,6 +157,8 @@ PRESETS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
         "keyword": partial({"dense_weight": 0.0, "source_weights": {"episodic": {"dense": 0}}}),
         # Both lists equal, as the engine fetches them.
         "balanced": partial({"source_weights": {"episodic": {"dense": 1, "sparse": 1}}}),
+        # Everything ranked is injected, however unrelated (the forge before the floor).
+        "no_floor": partial({"dense_floor": 0, "sparse_floor": 0}),
     }
 )
 

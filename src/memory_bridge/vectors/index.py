@@ -191,6 +191,10 @@ class HybridHit:
     dense_rank: int | None
     sparse_score: float | None
     sparse_rank: int | None
+    # The fraction of the query's BM25 terms (after the tokenizer's stemming and stop words)
+    # found in the stored text: unlike the BM25 score, comparable across queries and across
+    # shards of any size. None without a keyword query.
+    sparse_coverage: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

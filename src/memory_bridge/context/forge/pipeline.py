@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from memory_bridge.context.forge.floor import gate_open
 from memory_bridge.context.forge.rank import rank
 from memory_bridge.context.forge.select import select
 from memory_bridge.context.forge.trace import build
@@ -49,9 +50,11 @@ def forge(
     candidates = [c for r in recalls for c in _candidates(r)]
     in_prompt = [m.text() for r in recalls for m in r.history] + [m.text() for m in request]
     outcomes: list[Outcome] = []
+    gate = False
     if candidates:
         ranked = rank(candidates, ranking, now)
-        outcomes = select(ranked, ranking, count_tokens, in_prompt)
+        gate = gate_open(ranked, ranking)
+        outcomes = select(ranked, ranking, count_tokens, in_prompt, gate)
     kept: dict[str, list[str]] = {}
     for outcome in outcomes:
         if outcome.kept:
@@ -63,9 +66,14 @@ def forge(
         else r
         for r in recalls
     ]
-    return Forged(
-        forged, build(outcomes, _blocks(recalls, count_tokens), ranking.memory_token_budget)
-    )
+    trace = build(outcomes, _blocks(recalls, count_tokens), ranking.memory_token_budget)
+    trace["floor"] = {
+        "dense": ranking.dense_floor,
+        "sparse": ranking.sparse_floor,
+        "noise_share": ranking.noise_share,
+        "cleared": gate,
+    }
+    return Forged(forged, trace)
 
 
 def _blocks(recalls: Sequence[Recall], count_tokens: Callable[[str], int]) -> list[dict[str, Any]]:

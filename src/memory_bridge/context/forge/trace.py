@@ -27,6 +27,7 @@ def item(outcome: Outcome) -> dict[str, Any]:
             "sparse": c.sparse_score,
             "dense_rank": c.dense_rank,
             "sparse_rank": c.sparse_rank,
+            "sparse_coverage": c.sparse_coverage,
             "fused": round(scored.fused, 6),
             "recency": round(scored.recency, 6),
             "final": round(scored.final, 6),
