@@ -114,3 +114,22 @@ def test_the_reply_to_a_matching_question_comes_with_it() -> None:
         lineage={"event_id": "e2"},
     )
     assert _fates([question, reply, stranger]) == {"q": "kept", "r": "kept", "s": "below_floor"}
+
+
+def test_a_short_question_may_miss_one_of_its_terms() -> None:
+    def hit(coverage: float, terms: int) -> Candidate:
+        return Candidate(
+            "episodic",
+            "k",
+            "I bought a red kayak",
+            sparse_coverage=coverage,
+            query_terms=terms,
+            sparse_rank=1,
+        )
+
+    # "What kayak did I buy?": two terms, "buy" is not "bought".
+    assert clears(hit(0.5, 2), RULES) is True
+    assert clears(hit(0.6667, 3), RULES) is True
+    assert clears(hit(0.5, 4), RULES) is False  # four terms: 70% of them
+    assert clears(hit(0.75, 4), RULES) is True
+    assert clears(hit(0.0, 1), RULES) is False

@@ -23,6 +23,7 @@ class Candidate:
     # Scores comparable across queries, for the relevance floor: the dense score is a cosine;
     # the sparse coverage is the fraction of the query's keyword terms the item contains.
     sparse_coverage: float | None = None
+    query_terms: int = 0  # the query's keyword terms the coverage is a share of
     created_at: float | None = None  # epoch seconds, for recency
     importance: float | None = None  # 0..1 where the source has one
     vector: tuple[float, ...] | None = None  # for near-duplicate detection, when known

@@ -149,6 +149,7 @@ class EpisodicMemory:
                 dense_score=hit.dense_score,
                 sparse_score=hit.sparse_score,
                 sparse_coverage=hit.sparse_coverage,
+                query_terms=hit.query_terms,
                 created_at=hit.payload.created_at or None,
                 lineage={
                     k: v

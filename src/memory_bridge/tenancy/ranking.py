@@ -66,7 +66,8 @@ class Ranking(BaseModel):
     min_score: _Unit = 0.0
     # The relevance floor (`context.forge.floor`): a request's ranked items are injected only
     # when one of them has a cosine with the query of at least `dense_floor` or contains at
-    # least `sparse_floor` of the query's keyword terms; then each must reach `noise_share` of
+    # least `sparse_floor` of the query's keyword terms (all but one for a query of two or
+    # three terms); then each must reach `noise_share` of
     # a floor. 0.5 is where the local MiniLM separates a related from an unrelated message;
     # an API embedder with another scale sets its own (docs/decisions.md). 0 turns a floor off.
     dense_floor: _Unit = 0.5

@@ -235,6 +235,7 @@ def assemble_hits(
                 sparse_score=sparse_score,
                 sparse_rank=sparse_rank,
                 sparse_coverage=coverage,
+                query_terms=len(asked),
             )
         )
     return hits

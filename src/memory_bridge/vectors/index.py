@@ -195,6 +195,7 @@ class HybridHit:
     # found in the stored text: unlike the BM25 score, comparable across queries and across
     # shards of any size. None without a keyword query.
     sparse_coverage: float | None = None
+    query_terms: int = 0  # how many BM25 terms the query has
 
 
 @dataclass(frozen=True, slots=True)

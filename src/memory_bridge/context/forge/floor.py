@@ -29,9 +29,13 @@ def clears(candidate: Candidate, rules: Ranking, share: float = 1.0) -> bool | N
         return None
     if dense is not None and (rules.dense_floor <= 0 or dense >= rules.dense_floor * share):
         return True
-    return coverage is not None and (
-        rules.sparse_floor <= 0 or coverage >= rules.sparse_floor * share
-    )
+    if coverage is None:
+        return False
+    # A question may always miss one of its terms ("What kayak did I buy?" against "I bought
+    # a red kayak": "buy" is not "bought"): with two or three terms, the floor is all but one.
+    terms = candidate.query_terms
+    floor = min(rules.sparse_floor, (terms - 1) / terms) if terms >= 2 else rules.sparse_floor
+    return rules.sparse_floor <= 0 or coverage >= floor * share - 1e-9
 
 
 def gate_open(ranked: Sequence[Scored], rules: Ranking) -> bool:
