@@ -10,8 +10,9 @@ temporary directory) stores them with BM25 of the text in its context.
 
 Recall: each question goes through `EpisodicMemory.recall` (query embedding, hybrid search of
 the end user's messages, weighted RRF in the engine) and the Context Forge's `rank` (weighted
-RRF + recency) and `select` (relevance floor, duplicates, token budget); only the items the
-forge keeps, i.e. what the proxy would inject, in its order, are the ranking scored. A
+RRF + recency, with the weights of the question's intent) and `select` (relevance floor,
+duplicates, token budget); only the items the forge keeps, i.e. what the proxy would inject,
+in its order, are the ranking scored. A
 candidate's dia id is found from its lineage (event id) and its text. Latency: `recall` +
 `rank` + `select`, one query at a time.
 
@@ -40,6 +41,7 @@ from typing import Any
 import httpx
 
 from bench.locomo import Conversation, Scored, Turn, by_category, score, summarize
+from memory_bridge.context.forge.intent import classify, ranking_for
 from memory_bridge.context.forge.rank import rank
 from memory_bridge.context.forge.select import select
 from memory_bridge.core.blocking import BlockingExecutor
@@ -101,7 +103,7 @@ class Variant:
     apply: str = "both"  # where the weights apply: "both", "engine" (only), "forge" (only)
     preset: str = "default"  # a named preset of the ranking configuration
     # Fields of the ranking configuration (snake or camel names) -> values.
-    ranking: tuple[tuple[str, float], ...] = ()
+    ranking: tuple[tuple[str, float | bool], ...] = ()
 
     @property
     def index_key(self) -> tuple[bool | None, bool]:
@@ -109,7 +111,7 @@ class Variant:
 
     def describe(self) -> str:
         extra = f", preset {self.preset}" if self.preset != "default" else ""
-        extra += "".join(f", {k}={v:g}" for k, v in self.ranking)
+        extra += "".join(f", {k}={v}" for k, v in self.ranking)
         if self.dense is None:
             return "product defaults (no setting passed)" + extra
         return self._weights() + extra
@@ -173,7 +175,7 @@ def parse_variants(spec: str) -> list[Variant]:
 
 def _with_settings(variant: Variant, name: str, settings: Sequence[str]) -> Variant:
     chosen = variant.preset
-    fields: list[tuple[str, float]] = []
+    fields: list[tuple[str, float | bool]] = []
     for setting in settings:
         match = _SETTING.fullmatch(setting)
         if match is None:
@@ -181,7 +183,9 @@ def _with_settings(variant: Variant, name: str, settings: Sequence[str]) -> Vari
         if match.group(1) == "preset":
             chosen = match.group(2)
         else:
-            fields.append((match.group(1), float(match.group(2))))
+            raw = match.group(2)
+            value = {"true": True, "false": False}.get(raw.lower()) if raw.isalpha() else None
+            fields.append((match.group(1), float(raw) if value is None else value))
     out = dataclasses.replace(variant, name=name, preset=chosen, ranking=tuple(fields))
     out.rank_config()  # an unknown field, preset or value is refused here, not mid-run
     return out
@@ -298,6 +302,8 @@ class EpisodicBench:
         started = time.perf_counter()
         recall = await memory.recall(turn)
         now = indexed.now if indexed.now is not None else time.time()
+        # As the proxy does: the intent of the question picks its preset.
+        ranking = ranking_for(ranking, None, classify(text))
         ranked = rank(recall.candidates, ranking, now)
         kept = [o for o in select(ranked, ranking, count_tokens, [text]) if o.kept]
         latency_ms = (time.perf_counter() - started) * 1000

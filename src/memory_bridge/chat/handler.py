@@ -19,6 +19,7 @@ from memory_bridge.chat.capture import DEFAULT_LIMIT
 from memory_bridge.chat.formats import CHAT, WireFormat
 from memory_bridge.chat.relay import is_sse, read_bounded, relay_events, stream_headers
 from memory_bridge.chat.upstream import Opened, Upstream
+from memory_bridge.context.forge.intent import Intent, classify, ranking_for
 from memory_bridge.context.forge.pipeline import forge
 from memory_bridge.context.recall import recall_all
 from memory_bridge.context.template import MemoryTemplate
@@ -93,7 +94,7 @@ class ChatHandler:
         self._max_body = max_upstream_body
         self._inline: set[asyncio.Task[object]] = set()
         self._ranking = ranking or Ranking()
-        self._token_rules: dict[ForgeConfig, Ranking] = {}
+        self._token_rules: dict[tuple[ForgeConfig | None, Intent], Ranking] = {}
         self._traces = traces
 
     async def handle(self, req: ChatRequest) -> Outgoing:
@@ -127,8 +128,9 @@ class ChatHandler:
             # Still recalled: the history source also tells what of the request is stored.
             recalls = [replace(r, history=()) if r.history else r for r in recalls]
         memory = config.memory_config
-        rules = self._rules_for(memory.forge)
-        forged = forge(recalls, messages, rules, count_tokens, time.time())
+        intent = classify(turn.query)
+        rules = self._rules_for(memory.forge, intent)
+        forged = forge(recalls, messages, rules, count_tokens, time.time(), intent)
         recalls = forged.recalls
         limit = self._recorder.max_message_bytes
         cut = sum(1 for m in conversation(messages) if bounded(m, limit) is not m)
@@ -199,16 +201,15 @@ class ChatHandler:
         self._health.write_succeeded()
         return True
 
-    def _rules_for(self, overrides: ForgeConfig | None) -> Ranking:
-        """The ranking of a token: the server's, with its `memory.forge` overrides applied
-        once per distinct config (a token's config is parsed once, when it is loaded)."""
-        if overrides is None:
-            return self._ranking
-        rules = self._token_rules.get(overrides)
+    def _rules_for(self, overrides: ForgeConfig | None, intent: Intent) -> Ranking:
+        """The ranking of a request: the server's, its intent's preset and the token's
+        `memory.forge` overrides, built once per distinct (config, intent)."""
+        key = (overrides, intent)
+        rules = self._token_rules.get(key)
         if rules is None:
             if len(self._token_rules) >= _RULES_MEMO:
                 self._token_rules.clear()
-            rules = self._token_rules[overrides] = overrides.apply(self._ranking)
+            rules = self._token_rules[key] = ranking_for(self._ranking, overrides, intent)
         return rules
 
     def _keep_trace(self, turn: Turn, trace: dict[str, Any]) -> None:

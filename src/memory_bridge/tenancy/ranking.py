@@ -15,7 +15,15 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    ValidationError,
+    field_validator,
+)
 from pydantic.alias_generators import to_camel
 
 __all__ = [
@@ -74,6 +82,9 @@ class Ranking(BaseModel):
     sparse_floor: _Unit = 0.7
     noise_share: _Unit = 0.5
     near_duplicate: Annotated[float, Field(ge=0.5, le=1.0)] = 0.95
+    # Whether the intent of the user's message (`context.forge.intent`) picks the preset of
+    # that name ("temporal", "relational", "preference", "factual") under the token's values.
+    intent_weights: StrictBool = True
 
     @field_validator(
         "dense_weight",
@@ -160,6 +171,12 @@ PRESETS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
         "balanced": partial({"source_weights": {"episodic": {"dense": 1, "sparse": 1}}}),
         # Everything ranked is injected, however unrelated (the forge before the floor).
         "no_floor": partial({"dense_floor": 0, "sparse_floor": 0}),
+        "no_intent": partial({"intent_weights": False}),
+        # The intents' presets (`context.forge.intent`, which says why).
+        "temporal": partial({"recency_weight": 0.3}),
+        "relational": partial({"source_weights": {"episodic": {"dense": 0.25, "sparse": 1}}}),
+        "preference": partial({"source_weights": {"episodic": {"dense": 0.75, "sparse": 1}}}),
+        "factual": partial({}),
     }
 )
 

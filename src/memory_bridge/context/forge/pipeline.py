@@ -46,6 +46,7 @@ def forge(
     ranking: Ranking,
     count_tokens: Callable[[str], int],
     now: float,
+    intent: str | None = None,
 ) -> Forged:
     candidates = [c for r in recalls for c in _candidates(r)]
     in_prompt = [m.text() for r in recalls for m in r.history] + [m.text() for m in request]
@@ -67,6 +68,9 @@ def forge(
         for r in recalls
     ]
     trace = build(outcomes, _blocks(recalls, count_tokens), ranking.memory_token_budget)
+    if intent is not None:
+        trace["intent"] = intent
+    trace["weights"] = _weights(ranking)
     trace["floor"] = {
         "dense": ranking.dense_floor,
         "sparse": ranking.sparse_floor,
@@ -74,6 +78,18 @@ def forge(
         "cleared": gate,
     }
     return Forged(forged, trace)
+
+
+def _weights(ranking: Ranking) -> dict[str, Any]:
+    """The weights the request was ranked with (for the trace)."""
+    return {
+        "dense": ranking.dense_weight,
+        "sparse": ranking.sparse_weight,
+        "per_source": {s: {"dense": d, "sparse": sp} for s, (d, sp) in ranking.per_source.items()},
+        "recency": ranking.recency_weight,
+        "half_life_days": ranking.half_life_days,
+        "importance": ranking.importance_weight,
+    }
 
 
 def _blocks(recalls: Sequence[Recall], count_tokens: Callable[[str], int]) -> list[dict[str, Any]]:
