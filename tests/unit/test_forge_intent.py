@@ -49,3 +49,23 @@ def test_each_intent_has_its_weights_and_the_token_keeps_the_last_word() -> None
     refused = "memory.forge.intentWeights"
     with pytest.raises(ValueError, match=refused):
         parse_memory_config({"forge": {"intentWeights": "no"}})
+
+
+def test_memories_only_the_relational_fetch_reached_count_only_when_it_weighs() -> None:
+    from memory_bridge.context.forge.pipeline import forge
+    from memory_bridge.core.candidates import Candidate
+    from memory_bridge.core.messages import Message
+    from memory_bridge.sources.base import Recall
+
+    walked = Candidate("episodic", "g", "Ingrid started a pottery class", graph_rank=1)
+    direct = Candidate("episodic", "d", "Ingrid moved to Trondheim", sparse_rank=1, graph_rank=2)
+    recall = Recall(source="episodic", candidates=(walked, direct))
+    request = [Message(role="user", content="Who do I know in Trondheim?")]
+
+    def kept(ranking: Ranking) -> tuple[str, ...]:
+        return forge([recall], request, ranking, lambda t: len(t.split()), 0.0).recalls[0].memories
+
+    assert kept(Ranking()) == ("Ingrid moved to Trondheim",)  # weight 0: not ranked at all
+    relational = ranking_for(Ranking(), None, Intent.RELATIONAL)
+    assert relational.graph_weight > 0
+    assert set(kept(relational)) == {"Ingrid moved to Trondheim", "Ingrid started a pottery class"}

@@ -18,6 +18,7 @@ class Candidate:
     text: str
     dense_rank: int | None = None
     sparse_rank: int | None = None
+    graph_rank: int | None = None  # place in the relational fetch (entities of the query)
     dense_score: float | None = None
     sparse_score: float | None = None
     # Scores comparable across queries, for the relevance floor: the dense score is a cosine;

@@ -47,7 +47,7 @@ __all__ = [
 
 # Keyword payload indexes of every shard (`user` is the tenant field), and a float index for
 # time windows. Without the keyword index a filtered query scans every point of the shard.
-KEYWORD_FIELDS = ("user", "session", "kind", "event_id")
+KEYWORD_FIELDS = ("user", "session", "kind", "event_id", "entities")
 FLOAT_FIELDS = ("created_at",)
 MAX_LIMIT = 1_000
 

@@ -22,11 +22,13 @@ def fused_score(candidate: Candidate, weights: Ranking) -> float:
     dense, sparse = weights.per_source.get(
         candidate.source, (weights.dense_weight, weights.sparse_weight)
     )
-    return _fused(candidate, dense, sparse)
+    return _fused(candidate, dense, sparse, weights.graph_weight)
 
 
-def _fused(candidate: Candidate, dense: float, sparse: float) -> float:
+def _fused(candidate: Candidate, dense: float, sparse: float, graph: float) -> float:
     score = 0.0
+    if candidate.graph_rank is not None:
+        score += graph / (RRF_K + candidate.graph_rank)
     if candidate.dense_rank is not None:
         score += dense / (RRF_K + candidate.dense_rank)
     if candidate.sparse_rank is not None:
@@ -51,7 +53,7 @@ def rank(candidates: Sequence[Candidate], weights: Ranking, now: float) -> list[
     default = (weights.dense_weight, weights.sparse_weight)
     scored = []
     for candidate in candidates:
-        fused = _fused(candidate, *per_source.get(candidate.source, default))
+        fused = _fused(candidate, *per_source.get(candidate.source, default), weights.graph_weight)
         fresh = recency(candidate.created_at, now, weights.half_life_days)
         final = (
             fused
