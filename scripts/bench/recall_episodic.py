@@ -41,6 +41,7 @@ import httpx
 from bench.locomo import Conversation, Scored, Turn, by_category, score, summarize
 from bench.recall_variants import Variant
 from memory_bridge.context.forge.intent import classify, ranking_for
+from memory_bridge.context.forge.pipeline import weighed
 from memory_bridge.context.forge.rank import rank
 from memory_bridge.context.forge.select import select
 from memory_bridge.core.blocking import BlockingExecutor
@@ -203,7 +204,8 @@ class EpisodicBench:
         now = indexed.now if indexed.now is not None else time.time()
         # As the proxy does: the intent of the question picks its preset.
         ranking = ranking_for(ranking, None, classify(text))
-        ranked = rank(recall.candidates, ranking, now)
+        candidates = [c for c in recall.candidates if weighed(c, ranking)]
+        ranked = rank(candidates, ranking, now)
         kept = [o for o in select(ranked, ranking, count_tokens, [text]) if o.kept]
         latency_ms = (time.perf_counter() - started) * 1000
         ids = [

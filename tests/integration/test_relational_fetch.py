@@ -13,7 +13,7 @@ from tests.support.proxy import Proxy
 
 PERSON = "Ingrid started a pottery class"
 PLACE = "Ingrid moved to Trondheim"
-QUESTION = "Who do I know in Trondheim?"  # relational: the fetch's weight is on
+QUESTION = "Who do I know in Trondheim?"
 
 
 def _say(proxy: Proxy, token: str, text: str, session: str, user: str = "ada") -> str:
@@ -34,7 +34,8 @@ def _indexed(proxy: Proxy, token_id: int) -> bool:
 def test_a_question_naming_a_place_recalls_the_person_linked_to_it(
     proxy: Proxy, upstream: FakeUpstream
 ) -> None:
-    token_id, token = proxy.create_token()  # BM25 alone: no embedder, no memory LLM
+    # BM25 alone (no embedder, no memory LLM); the token opts in to the fetch's weight.
+    token_id, token = proxy.create_token(memory={"forge": {"graphWeight": 1}})
     other_id, other = proxy.create_token(name="other")
     _say(proxy, token, PERSON, "session-a")
     _say(proxy, token, PLACE, "session-b")
@@ -46,7 +47,7 @@ def test_a_question_naming_a_place_recalls_the_person_linked_to_it(
     block = forwarded_recall(upstream)
     assert PERSON in block and PLACE in block
     trace: dict[str, Any] = proxy.admin("GET", f"/tokens/{token_id}/traces/{rid}").json()
-    assert trace["intent"] == "relational" and trace["weights"]["graph"] > 0
+    assert trace["weights"]["graph"] == 1
     kept = {c["text"]: c for c in trace["candidates"] if c["kept"]}
     assert PLACE in kept and PERSON in kept
     assert kept[PLACE]["lineage"]["via"] == "entity trondheim (depth 1)"

@@ -7,7 +7,9 @@ import pytest
 
 from memory_bridge.context.forge.intent import Intent, classify, ranking_for
 from memory_bridge.tenancy.memory_config import parse_memory_config
-from memory_bridge.tenancy.ranking import Ranking
+from memory_bridge.tenancy.ranking import Ranking, preset
+
+PLACE = "Ingrid moved to Trondheim"
 
 
 @pytest.mark.parametrize(
@@ -58,14 +60,12 @@ def test_memories_only_the_relational_fetch_reached_count_only_when_it_weighs() 
     from memory_bridge.sources.base import Recall
 
     walked = Candidate("episodic", "g", "Ingrid started a pottery class", graph_rank=1)
-    direct = Candidate("episodic", "d", "Ingrid moved to Trondheim", sparse_rank=1, graph_rank=2)
+    direct = Candidate("episodic", "d", PLACE, sparse_rank=1, graph_rank=2)
     recall = Recall(source="episodic", candidates=(walked, direct))
     request = [Message(role="user", content="Who do I know in Trondheim?")]
 
     def kept(ranking: Ranking) -> tuple[str, ...]:
         return forge([recall], request, ranking, lambda t: len(t.split()), 0.0).recalls[0].memories
 
-    assert kept(Ranking()) == ("Ingrid moved to Trondheim",)  # weight 0: not ranked at all
-    relational = ranking_for(Ranking(), None, Intent.RELATIONAL)
-    assert relational.graph_weight > 0
-    assert set(kept(relational)) == {"Ingrid moved to Trondheim", "Ingrid started a pottery class"}
+    assert kept(Ranking()) == (PLACE,)  # weight 0: not ranked at all
+    assert set(kept(preset("graph"))) == {PLACE, "Ingrid started a pottery class"}

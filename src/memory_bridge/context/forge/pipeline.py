@@ -40,7 +40,7 @@ def _candidates(recall: Recall) -> list[Candidate]:
     ]
 
 
-def _weighed(candidate: Candidate, ranking: Ranking) -> bool:
+def weighed(candidate: Candidate, ranking: Ranking) -> bool:
     """False for a memory only the relational fetch reached while its weight is 0."""
     only_graph = candidate.dense_rank is None and candidate.sparse_rank is None
     return not (only_graph and candidate.graph_rank is not None and ranking.graph_weight == 0)
@@ -54,7 +54,7 @@ def forge(
     now: float,
     intent: str | None = None,
 ) -> Forged:
-    candidates = [c for r in recalls for c in _candidates(r) if _weighed(c, ranking)]
+    candidates = [c for r in recalls for c in _candidates(r) if weighed(c, ranking)]
     in_prompt = [m.text() for r in recalls for m in r.history] + [m.text() for m in request]
     outcomes: list[Outcome] = []
     gate = False
