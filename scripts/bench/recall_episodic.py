@@ -254,40 +254,10 @@ async def run(
     for variant in variants:
         memory = bench.memory(variant, query=True)
         ranking = variant.rank_config()
-        per_conversation: dict[str, Any] = {}
-        all_scored: list[Scored] = []
-        tokens: list[int] = []
-        for item in indexed[variant.index_key]:
-            scored = []
-            for question in item.conversation.questions[:limit_questions]:
-                ids, spent, ms = await bench.ask(memory, item, variant, question.text, ranking)
-                scored.append(score(question, ids, ms))
-                tokens.append(spent)
-            all_scored.extend(scored)
-            summary = summarize(scored)
-            summary["turns"] = len(item.conversation.turns)
-            per_conversation[item.conversation.sample_id] = summary
-        overall = summarize(all_scored)
-        overall["injected_tokens"] = round(sum(tokens) / max(1, len(tokens)), 1)
-        overall["nothing_injected"] = round(tokens.count(0) / max(1, len(tokens)), 4)
-        print(
-            f"{variant.name}: turn@10 {overall['turn@10']:.3f}, p50 {overall['p50_ms']:.1f} ms",
-            file=sys.stderr,
-            flush=True,
-        )
         results.append(
-            {
-                "name": variant.name,
-                "describe": variant.describe(),
-                "dense_weight": variant.dense,
-                "sparse_weight": variant.sparse,
-                "index_context": variant.context,
-                "dated": variant.dated,
-                "weights_apply": variant.apply,
-                "conversations": per_conversation,
-                "overall": overall,
-                "by_category": by_category(all_scored),
-            }
+            await _score_variant(
+                bench, memory, indexed[variant.index_key], variant, ranking, limit_questions
+            )
         )
         if variant is variants[0]:
             results[-1]["off_topic"] = await off_topic(
@@ -295,13 +265,57 @@ async def run(
             )
     report = {
         "pipeline": (
-            "EpisodicMemory.remember per exchange; EpisodicMemory.recall + forge rank "
+            "EpisodicMemory.remember per exchange; EpisodicMemory.recall + forge rank/select "
             "(embedded Qdrant Edge, local all-MiniLM-L6-v2, 384 dims)"
         ),
         "ingest": ingest,
         "variants": results,
     }
     return report, bench
+
+
+async def _score_variant(
+    bench: EpisodicBench,
+    memory: EpisodicMemory,
+    indexed: Sequence[IndexedConversation],
+    variant: Variant,
+    ranking: Ranking,
+    limit_questions: int | None,
+) -> dict[str, Any]:
+    """Every conversation's own questions: the figures of one variant."""
+    per_conversation: dict[str, Any] = {}
+    all_scored: list[Scored] = []
+    tokens: list[int] = []
+    for item in indexed:
+        scored = []
+        for question in item.conversation.questions[:limit_questions]:
+            ids, spent, ms = await bench.ask(memory, item, variant, question.text, ranking)
+            scored.append(score(question, ids, ms))
+            tokens.append(spent)
+        all_scored.extend(scored)
+        summary = summarize(scored)
+        summary["turns"] = len(item.conversation.turns)
+        per_conversation[item.conversation.sample_id] = summary
+    overall = summarize(all_scored)
+    overall["injected_tokens"] = round(sum(tokens) / max(1, len(tokens)), 1)
+    overall["nothing_injected"] = round(tokens.count(0) / max(1, len(tokens)), 4)
+    print(
+        f"{variant.name}: turn@10 {overall['turn@10']:.3f}, p50 {overall['p50_ms']:.1f} ms",
+        file=sys.stderr,
+        flush=True,
+    )
+    return {
+        "name": variant.name,
+        "describe": variant.describe(),
+        "dense_weight": variant.dense,
+        "sparse_weight": variant.sparse,
+        "index_context": variant.context,
+        "dated": variant.dated,
+        "weights_apply": variant.apply,
+        "conversations": per_conversation,
+        "overall": overall,
+        "by_category": by_category(all_scored),
+    }
 
 
 async def off_topic(
