@@ -10,20 +10,25 @@ temporary directory) stores them with BM25 of the text in its context.
 
 Recall: each question goes through `EpisodicMemory.recall` (query embedding, hybrid search of
 the end user's messages, weighted RRF in the engine) and the Context Forge's `rank` (weighted
-RRF + recency); the candidates in the order of the forge's final score are the ranking scored.
-A candidate's dia id is found from its lineage (event id) and its text. Latency: `recall` +
-`rank`, one query at a time.
+RRF + recency, with the weights of the question's intent) and `select` (relevance floor,
+duplicates, token budget); only the items the forge keeps, i.e. what the proxy would inject,
+in its order, are the ranking scored. A
+candidate's dia id is found from its lineage (event id) and its text. Latency: `recall` +
+`rank` + `select`, one query at a time.
+
+Off-topic (`off_topic`): each conversation's memory is also asked the other conversations'
+questions; a question unrelated to what is stored should get nothing injected. Reported: the
+share of such questions that got nothing, and the injected tokens per request.
 
 Variants change only what the product lets a caller set (`EpisodicMemory`'s keyword
-arguments, the forge's `RankWeights`); the `product` variant sets nothing, so it is what the
-proxy runs. Embeddings of stored texts are memoised across the variants' indexes (the embedder
-is deterministic); every query is embedded for real.
+arguments, the forge's ranking configuration `Ranking`, whose every field a variant may set as
+`+name=value`, and its named presets as `+preset=name`); the `product` variant sets nothing, so
+it is what the proxy runs. Embeddings of stored texts are memoised across the variants'
+indexes (the embedder is deterministic); every query is embedded for real.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import re
 import sys
 import time
 from collections.abc import Sequence
@@ -34,15 +39,21 @@ from typing import Any
 import httpx
 
 from bench.locomo import Conversation, Scored, Turn, by_category, score, summarize
-from memory_bridge.context.forge.rank import RankWeights, rank
+from bench.recall_variants import Variant
+from memory_bridge.context.forge.intent import classify, ranking_for
+from memory_bridge.context.forge.pipeline import weighed
+from memory_bridge.context.forge.rank import rank
+from memory_bridge.context.forge.select import select
 from memory_bridge.core.blocking import BlockingExecutor
 from memory_bridge.core.messages import Message
+from memory_bridge.core.token_count import count_tokens
 from memory_bridge.core.turn import Reply, Scope
 from memory_bridge.core.turn import Turn as ChatTurn
 from memory_bridge.embedding.embedders import Embedders, EmbedderSpec, embedder_spec
 from memory_bridge.sources.base import Exchange
 from memory_bridge.sources.episodic import MAX_TEXT_CHARS, EpisodicMemory
 from memory_bridge.tenancy.config import TokenConfig
+from memory_bridge.tenancy.ranking import Ranking
 from memory_bridge.vectors.edge import EdgeEngine
 
 TIMEOUT = 120.0  # generous: the benchmark measures latency, it does not enforce it
@@ -80,62 +91,6 @@ class CachingEmbedders(Embedders):
         return [self._cache[(spec.model_id, t)] for t in texts]
 
 
-@dataclass(frozen=True, slots=True)
-class Variant:
-    """None: the product's default (the keyword argument is not passed)."""
-
-    name: str
-    dense: float | None = None
-    sparse: float | None = None
-    context: bool | None = None
-    dated: bool = False
-    apply: str = "both"  # where the weights apply: "both", "engine" (only), "forge" (only)
-
-    @property
-    def index_key(self) -> tuple[bool | None, bool]:
-        return (self.context, self.dated)
-
-    def describe(self) -> str:
-        if self.name == "product":
-            return "product defaults (no setting passed)"
-        context = {None: "default", True: "in context", False: "plain"}[self.context]
-        where = "" if self.apply == "both" else f" ({self.apply} only)"
-        dated = ", stored at the sessions' dates" if self.dated else ""
-        return f"BM25 {context}, dense/sparse {self.dense:g}/{self.sparse:g}{where}{dated}"
-
-
-PRODUCT = Variant("product")
-_SPEC = re.compile(r"(ctx|plain)-([0-9.]+)/([0-9.]+)(-engine|-forge)?(-dated)?")
-DEFAULT_VARIANTS = (
-    "ctx-1/1,ctx-0.5/1,plain-1/1,plain-0.5/1,ctx-0/1,ctx-1/0,ctx-1/1-dated,ctx-0.5/1-dated"
-)
-
-
-def parse_variants(spec: str) -> list[Variant]:
-    """`product` (always first) plus e.g. "ctx-0.5/1", "plain-1/1", "ctx-1/1-dated";
-    "-engine" / "-forge" apply the weights to the engine's fusion or the forge's rank only."""
-    out = [PRODUCT]
-    for part in (p.strip() for p in spec.split(",")):
-        if not part or part == "product":
-            continue
-        match = _SPEC.fullmatch(part)
-        if match is None:
-            raise ValueError(
-                f"variant {part!r}: want [ctx|plain]-<dense>/<sparse>[-engine|-forge][-dated]"
-            )
-        out.append(
-            Variant(
-                part,
-                dense=float(match.group(2)),
-                sparse=float(match.group(3)),
-                context=match.group(1) == "ctx",
-                dated=bool(match.group(5)),
-                apply=(match.group(4) or "-both")[1:],
-            )
-        )
-    return out
-
-
 def _settings(variant: Variant, *, query: bool) -> dict[str, Any]:
     """The keyword arguments of `EpisodicMemory` this variant sets."""
     kwargs: dict[str, Any] = {}
@@ -147,17 +102,6 @@ def _settings(variant: Variant, *, query: bool) -> dict[str, Any]:
     elif variant.context is not None:
         kwargs["index_context"] = variant.context
     return kwargs
-
-
-def rank_weights(variant: Variant) -> RankWeights:
-    weights = RankWeights()
-    if variant.apply == "engine":
-        return weights
-    if variant.dense is not None:
-        weights = dataclasses.replace(weights, dense=variant.dense)
-    if variant.sparse is not None:
-        weights = dataclasses.replace(weights, sparse=variant.sparse)
-    return weights
 
 
 def exchanges(turns: Sequence[Turn]) -> list[tuple[list[Turn], Turn | None]]:
@@ -243,19 +187,32 @@ class EpisodicBench:
         return IndexedConversation(conv, dia_ids, now)
 
     async def ask(
-        self, memory: EpisodicMemory, indexed: IndexedConversation, variant: Variant, text: str
-    ) -> tuple[list[str], float]:
-        """The dia ids in the forge's order, and the milliseconds of recall + rank."""
+        self,
+        memory: EpisodicMemory,
+        indexed: IndexedConversation,
+        variant: Variant,
+        text: str,
+        ranking: Ranking,
+    ) -> tuple[list[str], int, float]:
+        """The dia ids the forge injects, in its order, their tokens, and the milliseconds of
+        recall + rank + select."""
         conv = indexed.conversation
         scope = Scope(token_id=self.token(variant.index_key), user=conv.sample_id, session="ask")
         turn = ChatTurn("q", scope, self.config, (Message(role="user", content=text),), text)
         started = time.perf_counter()
         recall = await memory.recall(turn)
         now = indexed.now if indexed.now is not None else time.time()
-        ranked = rank(recall.candidates, rank_weights(variant), now)
+        # As the proxy does: the intent of the question picks its preset.
+        ranking = ranking_for(ranking, None, classify(text))
+        candidates = [c for c in recall.candidates if weighed(c, ranking)]
+        ranked = rank(candidates, ranking, now)
+        kept = [o for o in select(ranked, ranking, count_tokens, [text]) if o.kept]
         latency_ms = (time.perf_counter() - started) * 1000
-        ids = [indexed.dia_ids[(s.candidate.lineage["event_id"], s.candidate.text)] for s in ranked]
-        return ids, latency_ms
+        ids = [
+            indexed.dia_ids[(o.scored.candidate.lineage["event_id"], o.scored.candidate.text)]
+            for o in kept
+        ]
+        return ids, sum(o.tokens for o in kept), latency_ms
 
     async def close(self) -> None:
         await self.executor.shutdown(30.0)
@@ -263,10 +220,15 @@ class EpisodicBench:
         await self.client.aclose()
 
 
-async def _index_all(
-    bench: EpisodicBench, conversations: Sequence[Conversation], variants: Sequence[Variant]
-) -> tuple[dict[tuple[bool | None, bool], list[IndexedConversation]], dict[str, Any]]:
-    """Every conversation indexed once per index the variants need; the ingest figures."""
+async def run(
+    conversations: Sequence[Conversation],
+    data_dir: Path,
+    variants: Sequence[Variant],
+    limit_questions: int | None,
+) -> tuple[dict[str, Any], EpisodicBench]:
+    """The figures of every variant; the bench is returned open (the speed stage reuses its
+    embeddings) and must be closed by the caller."""
+    bench = EpisodicBench(data_dir)
     indexed: dict[tuple[bool | None, bool], list[IndexedConversation]] = {}
     ingest: dict[str, Any] = {}
     for variant in variants:
@@ -288,29 +250,55 @@ async def _index_all(
             file=sys.stderr,
             flush=True,
         )
-    return indexed, ingest
+    results: list[dict[str, Any]] = []
+    for variant in variants:
+        memory = bench.memory(variant, query=True)
+        ranking = variant.rank_config()
+        results.append(
+            await _score_variant(
+                bench, memory, indexed[variant.index_key], variant, ranking, limit_questions
+            )
+        )
+        if variant is variants[0]:
+            results[-1]["off_topic"] = await off_topic(
+                bench, memory, indexed[variant.index_key], variant, ranking, limit_questions
+            )
+    report = {
+        "pipeline": (
+            "EpisodicMemory.remember per exchange; EpisodicMemory.recall + forge rank/select "
+            "(embedded Qdrant Edge, local all-MiniLM-L6-v2, 384 dims)"
+        ),
+        "ingest": ingest,
+        "variants": results,
+    }
+    return report, bench
 
 
 async def _score_variant(
     bench: EpisodicBench,
+    memory: EpisodicMemory,
+    indexed: Sequence[IndexedConversation],
     variant: Variant,
-    indexed: list[IndexedConversation],
+    ranking: Ranking,
     limit_questions: int | None,
 ) -> dict[str, Any]:
-    """One variant's questions asked and scored, per conversation, overall and by category."""
-    memory = bench.memory(variant, query=True)
+    """Every conversation's own questions: the figures of one variant."""
     per_conversation: dict[str, Any] = {}
     all_scored: list[Scored] = []
+    tokens: list[int] = []
     for item in indexed:
         scored = []
         for question in item.conversation.questions[:limit_questions]:
-            ids, latency_ms = await bench.ask(memory, item, variant, question.text)
-            scored.append(score(question, ids, latency_ms))
+            ids, spent, ms = await bench.ask(memory, item, variant, question.text, ranking)
+            scored.append(score(question, ids, ms))
+            tokens.append(spent)
         all_scored.extend(scored)
         summary = summarize(scored)
         summary["turns"] = len(item.conversation.turns)
         per_conversation[item.conversation.sample_id] = summary
     overall = summarize(all_scored)
+    overall["injected_tokens"] = round(sum(tokens) / max(1, len(tokens)), 1)
+    overall["nothing_injected"] = round(tokens.count(0) / max(1, len(tokens)), 4)
     print(
         f"{variant.name}: turn@10 {overall['turn@10']:.3f}, p50 {overall['p50_ms']:.1f} ms",
         file=sys.stderr,
@@ -330,26 +318,32 @@ async def _score_variant(
     }
 
 
-async def run(
-    conversations: Sequence[Conversation],
-    data_dir: Path,
-    variants: Sequence[Variant],
+async def off_topic(
+    bench: EpisodicBench,
+    memory: EpisodicMemory,
+    indexed: Sequence[IndexedConversation],
+    variant: Variant,
+    ranking: Ranking,
     limit_questions: int | None,
-) -> tuple[dict[str, Any], EpisodicBench]:
-    """The figures of every variant; the bench is returned open (the speed stage reuses its
-    embeddings) and must be closed by the caller."""
-    bench = EpisodicBench(data_dir)
-    indexed, ingest = await _index_all(bench, conversations, variants)
-    results = [
-        await _score_variant(bench, variant, indexed[variant.index_key], limit_questions)
-        for variant in variants
-    ]
-    report = {
-        "pipeline": (
-            "EpisodicMemory.remember per exchange; EpisodicMemory.recall + forge rank "
-            "(embedded Qdrant Edge, local all-MiniLM-L6-v2, 384 dims)"
-        ),
-        "ingest": ingest,
-        "variants": results,
+) -> dict[str, Any]:
+    """Each conversation's memory asked the other conversations' questions."""
+    tokens: list[int] = []
+    for item in indexed:
+        for other in indexed:
+            if other is item:
+                continue
+            for question in other.conversation.questions[:limit_questions]:
+                _, spent, _ = await bench.ask(memory, item, variant, question.text, ranking)
+                tokens.append(spent)
+    out = {
+        "questions": len(tokens),
+        "nothing_injected": round(tokens.count(0) / max(1, len(tokens)), 4),
+        "injected_tokens": round(sum(tokens) / max(1, len(tokens)), 1),
     }
-    return report, bench
+    print(
+        f"{variant.name} off-topic: nothing injected for {out['nothing_injected']:.1%}, "
+        f"{out['injected_tokens']} tokens per request",
+        file=sys.stderr,
+        flush=True,
+    )
+    return out

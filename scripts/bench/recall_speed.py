@@ -32,7 +32,7 @@ import numpy as np
 
 from bench.locomo import Conversation, Turn, percentile
 from bench.recall_episodic import TIMEOUT, EpisodicBench
-from memory_bridge.context.forge.rank import RankWeights, rank
+from memory_bridge.context.forge.rank import rank
 from memory_bridge.core.blocking import BlockingExecutor
 from memory_bridge.core.messages import Message
 from memory_bridge.core.turn import Reply, Scope
@@ -41,6 +41,7 @@ from memory_bridge.embedding import local as local_embedder
 from memory_bridge.embedding.embedders import Embedders, EmbedderSpec
 from memory_bridge.sources.base import Exchange
 from memory_bridge.sources.episodic import DEPTH, KIND, PREFETCH, EpisodicMemory
+from memory_bridge.tenancy.ranking import Ranking
 from memory_bridge.vectors.index import VectorIndex, Where
 
 TOKEN = 1000  # apart from the quality stage's tokens
@@ -128,7 +129,7 @@ async def _measure(
             turn = ChatTurn("q", scope, bench.config, (Message(role="user", content=text),), text)
             t0 = time.perf_counter()
             found = await memory.recall(turn)
-            ranked = rank(found.candidates, RankWeights(), time.time())
+            ranked = rank(found.candidates, Ranking(), time.time())
             t1 = time.perf_counter()
             # A trailing space: the same tokens and vector, but not the local embedder's cached
             # vector of `text` that recall just made.

@@ -135,7 +135,7 @@ def test_placement_stable_and_reference_first_for_chat_and_responses(
         wait_until(lambda: _indexed(proxy, token_id), what="the episodic jobs")  # noqa: B023
         _say(proxy, token, "Hello there", "new")  # the session's history: one turn
         client = proxy.client(token)
-        question = "Which boat did I buy, kayak?"
+        question = "Tell me about the red kayak I bought"
         client.chat.completions.create(
             model="m",
             messages=[{"role": "system", "content": "S"}, {"role": "user", "content": question}],

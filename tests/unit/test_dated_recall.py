@@ -7,12 +7,13 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from memory_bridge.context.assemble import Placement
-from memory_bridge.context.forge.pipeline import ForgeRules, forge
-from memory_bridge.context.forge.rank import RankWeights, rank
+from memory_bridge.context.forge.pipeline import forge
+from memory_bridge.context.forge.rank import rank
 from memory_bridge.context.template import MemoryTemplate
 from memory_bridge.core.candidates import Candidate, iso_day
 from memory_bridge.core.messages import Message
 from memory_bridge.sources.base import Recall
+from memory_bridge.tenancy.ranking import Ranking
 
 MARCH = datetime(2026, 3, 14, 9, 30, tzinfo=UTC).timestamp()
 JUNE = datetime(2026, 6, 2, 23, 59, tzinfo=UTC).timestamp()
@@ -23,7 +24,7 @@ def test_on_equal_relevance_the_newer_item_ranks_first() -> None:
     old = Candidate("longterm", "a", "I live in Paris", dense_rank=1, created_at=MARCH)
     new = Candidate("longterm", "b", "I live in Berlin", dense_rank=1, created_at=JUNE)
     undated = Candidate("longterm", "0", "I like tea", dense_rank=1)
-    weights = RankWeights(recency=0, importance=0)
+    weights = Ranking(recency_weight=0, importance_weight=0)
     ranked = rank([old, undated, new], weights, NOW)
     assert [s.candidate.id for s in ranked] == ["b", "a", "0"]
 
@@ -54,7 +55,7 @@ def test_the_forge_hands_each_kept_item_its_date_and_the_trace_shows_it() -> Non
     forged = forge(
         [recalled, plain],
         [Message(role="user", content="where do I live?")],
-        ForgeRules(),
+        Ranking(),
         lambda text: len(text.split()),
         NOW,
     )

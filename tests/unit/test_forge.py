@@ -7,12 +7,13 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory_bridge.context.forge.pipeline import ForgeRules, forge
-from memory_bridge.context.forge.rank import RRF_K, RankWeights, rank, recency
-from memory_bridge.context.forge.select import SelectRules, select
+from memory_bridge.context.forge.pipeline import forge
+from memory_bridge.context.forge.rank import RRF_K, rank, recency
+from memory_bridge.context.forge.select import select
 from memory_bridge.core.candidates import Candidate, Drop
 from memory_bridge.core.messages import Message
 from memory_bridge.sources.base import Recall
+from memory_bridge.tenancy.ranking import Ranking
 
 DAY = 86400.0
 NOW = 1_800_000_000.0
@@ -26,7 +27,7 @@ def test_an_item_high_in_both_lists_beats_one_first_in_a_single_list() -> None:
     both = Candidate("notes", "both", "x", dense_rank=2, sparse_rank=2)
     dense_only = Candidate("notes", "dense", "y", dense_rank=1)
     sparse_only = Candidate("notes", "sparse", "z", sparse_rank=1)
-    ranked = rank([dense_only, sparse_only, both], RankWeights(recency=0), NOW)
+    ranked = rank([dense_only, sparse_only, both], Ranking(recency_weight=0), NOW)
     assert [s.candidate.id for s in ranked] == ["both", "dense", "sparse"]
     assert ranked[0].fused == 2 / (RRF_K + 2)
     assert [s.rank for s in ranked] == [1, 2, 3]
@@ -36,7 +37,7 @@ def test_episodic_candidates_lean_on_the_keyword_list_by_default() -> None:
     dense = Candidate("episodic", "d", "x", dense_rank=1)
     sparse = Candidate("episodic", "s", "y", sparse_rank=1)
     fact = Candidate("longterm", "f", "z", dense_rank=1)
-    ranked = rank([dense, sparse, fact], RankWeights(recency=0), NOW)
+    ranked = rank([dense, sparse, fact], Ranking(recency_weight=0), NOW)
     # The keyword hit and the fact tie (ties go by source name); the dense-only hit is last.
     assert [s.candidate.id for s in ranked] == ["s", "f", "d"]
     assert ranked[2].fused == 0.5 / (RRF_K + 1)  # episodic dense weighs half
@@ -46,7 +47,9 @@ def test_episodic_candidates_lean_on_the_keyword_list_by_default() -> None:
 def test_weights_tilt_the_fusion() -> None:
     dense = Candidate("episodic", "d", "x", dense_rank=1)
     sparse = Candidate("episodic", "s", "y", sparse_rank=1)
-    ranked = rank([dense, sparse], RankWeights(dense=1.0, sparse=2.0, recency=0), NOW)
+    ranked = rank(
+        [dense, sparse], Ranking(dense_weight=1.0, sparse_weight=2.0, recency_weight=0), NOW
+    )
     assert ranked[0].candidate.id == "s"
 
 
@@ -56,11 +59,11 @@ def test_recency_halves_every_half_life_and_breaks_ties() -> None:
     assert recency(None, NOW, 30) == 0.0
     old = Candidate("longterm", "old", "a", dense_rank=1, created_at=NOW - 365 * DAY)
     new = Candidate("longterm", "new", "b", dense_rank=1, created_at=NOW - DAY)
-    ranked = rank([old, new], RankWeights(), NOW)
+    ranked = rank([old, new], Ranking(), NOW)
     assert ranked[0].candidate.id == "new"
     # … but recency never lifts an item over a clearly better ranked one.
     fresh_but_weak = Candidate("longterm", "weak", "c", dense_rank=20, created_at=NOW)
-    ranked = rank([old, fresh_but_weak], RankWeights(), NOW)
+    ranked = rank([old, fresh_but_weak], Ranking(), NOW)
     assert ranked[0].candidate.id == "old"
 
 
@@ -73,8 +76,8 @@ def test_threshold_duplicates_and_prompt_contents_are_dropped_with_reasons() -> 
         Candidate("episodic", "e3", "what did I say?", dense_rank=4),
         Candidate("episodic", "e4", "weak", dense_rank=500),
     ]
-    ranked = rank(items, RankWeights(recency=0), NOW)
-    rules = SelectRules(budget_tokens=100, min_score=1 / (RRF_K + 100))
+    ranked = rank(items, Ranking(recency_weight=0), NOW)
+    rules = Ranking(memory_token_budget=100, min_score=1 / (RRF_K + 100))
     outcomes = {o.scored.candidate.id: o for o in select(ranked, rules, words, ["What did I say?"])}
     assert outcomes["e1"].kept
     assert outcomes["m1"].reason == Drop.DUPLICATE and outcomes["m1"].duplicate_of == "episodic:e1"
@@ -94,7 +97,9 @@ def test_the_budget_is_never_exceeded_and_filled_greedily(sizes: list[int], budg
         Candidate("episodic", str(i), " ".join(f"w{i}x{j}" for j in range(n)), dense_rank=i + 1)
         for i, n in enumerate(sizes)
     ]
-    outcomes = select(rank(items, RankWeights(recency=0), NOW), SelectRules(budget), words)
+    # A budget of 0 is refused in a token's config; the selection still copes with it.
+    rules = Ranking().model_copy(update={"memory_token_budget": budget})
+    outcomes = select(rank(items, Ranking(recency_weight=0), NOW), rules, words)
     spent = sum(o.tokens for o in outcomes if o.kept)
     assert spent <= budget
     # Every dropped item was dropped for the budget, and truly did not fit when its turn came.
@@ -131,7 +136,7 @@ def test_the_pipeline_keeps_the_best_across_sources_and_traces_every_candidate()
     )
     history = Recall(source="history", history=(Message(role="user", content="hello"),))
     gateway = Recall(source="gateway", reference=Message(role="user", content="ref text here"))
-    rules = ForgeRules(RankWeights(recency=0), SelectRules(budget_tokens=12))
+    rules = Ranking(recency_weight=0, memory_token_budget=12)
     forged = forge(
         [episodic, longterm, history, gateway],
         [Message(role="user", content="cat?")],

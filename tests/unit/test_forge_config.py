@@ -7,11 +7,9 @@ from typing import Any
 
 import pytest
 
-from memory_bridge.context.forge.pipeline import ForgeRules
-from memory_bridge.context.forge.rank import DEFAULT_PER_SOURCE, RankWeights
-from memory_bridge.context.forge.select import SelectRules
 from memory_bridge.tenancy.config import TokenConfigError
 from memory_bridge.tenancy.memory_config import parse_memory_config
+from memory_bridge.tenancy.ranking import PRESETS, RANKING_KEYS, Ranking, preset
 
 
 def _error(raw: dict[str, Any]) -> str:
@@ -24,8 +22,9 @@ def test_defaults_are_the_server_rules_and_the_stable_layout() -> None:
     cfg = parse_memory_config(None)
     assert (cfg.placement, cfg.forge) == ("stable", None)
     assert parse_memory_config({"forge": {}}).forge is None
-    base = ForgeRules(rules=SelectRules(budget_tokens=1234))
-    assert base.for_token(None) is base
+    base = Ranking(memory_token_budget=1234)
+    forge = parse_memory_config({"forge": {"denseWeight": 1}}).forge
+    assert forge is not None and forge.apply(base) == base  # the default value, named
 
 
 @pytest.mark.parametrize("mode", ["curated", "hybrid", "off", None])
@@ -37,7 +36,7 @@ def test_every_mode_reads_layout_and_forge(mode: str | None) -> None:
         raw["mode"] = mode
     cfg = parse_memory_config(raw)
     assert cfg.placement == "reference_first"
-    assert cfg.forge is not None and cfg.forge.memory_token_budget == 7
+    assert cfg.forge is not None and cfg.forge.values == {"memory_token_budget": 7}
 
 
 def test_overrides_replace_only_what_they_name() -> None:
@@ -52,15 +51,27 @@ def test_overrides_replace_only_what_they_name() -> None:
             }
         }
     )
-    base = ForgeRules(rules=SelectRules(budget_tokens=1500))
-    rules = base.for_token(cfg.forge)
-    assert rules.rules == SelectRules(budget_tokens=40, min_score=0.01, near_duplicate=0.95)
-    defaults = RankWeights()
-    assert (rules.weights.dense, rules.weights.sparse) == (2.0, defaults.sparse)
-    assert (rules.weights.recency, rules.weights.importance) == (0.0, defaults.importance)
-    assert rules.weights.half_life_days == defaults.half_life_days
+    assert cfg.forge is not None
+    base = Ranking(memory_token_budget=1500)
+    rules = cfg.forge.apply(base)
+    assert (rules.memory_token_budget, rules.min_score, rules.near_duplicate) == (40, 0.01, 0.95)
+    defaults = Ranking()
+    assert (rules.dense_weight, rules.sparse_weight) == (2.0, defaults.sparse_weight)
+    assert (rules.recency_weight, rules.importance_weight) == (0.0, defaults.importance_weight)
+    assert rules.half_life_days == defaults.half_life_days
     # The episodic default stays; the named source gets its own weights.
-    assert rules.weights.per_source == {**DEFAULT_PER_SOURCE, "longterm": (1.0, 0.25)}
+    assert rules.per_source == {**defaults.per_source, "longterm": (1.0, 0.25)}
+
+
+def test_every_ranking_field_is_a_documented_key_and_presets_are_valid() -> None:
+    assert RANKING_KEYS["memory_token_budget"] == "memoryTokenBudget"
+    assert set(RANKING_KEYS) == set(Ranking.model_fields)
+    assert preset("default") == Ranking()
+    keyword = preset("keyword", Ranking(memory_token_budget=9))
+    assert keyword.memory_token_budget == 9 and keyword.per_source["episodic"] == (0.0, 1.0)
+    assert set(PRESETS) >= {"default", "keyword", "balanced"}
+    with pytest.raises(ValueError, match="unknown preset"):
+        preset("nope")
 
 
 @pytest.mark.parametrize(

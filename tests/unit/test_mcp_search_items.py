@@ -9,13 +9,13 @@ from pathlib import Path
 from tests.support.longterm_support import memory_block
 
 from memory_bridge.context.assemble import Placement
-from memory_bridge.context.forge.pipeline import ForgeRules, forge
-from memory_bridge.context.forge.rank import RankWeights
+from memory_bridge.context.forge.pipeline import forge
 from memory_bridge.context.template import load_template
 from memory_bridge.core.candidates import Candidate
 from memory_bridge.core.messages import Message
 from memory_bridge.http.mcp.tools import search_items
 from memory_bridge.sources.base import Recall
+from memory_bridge.tenancy.ranking import Ranking
 
 NOW = 1_800_000_000.0
 TEMPLATE = Path(__file__).resolve().parents[2] / "templates" / "memory_template.md"
@@ -35,7 +35,7 @@ def test_items_follow_the_placement_not_the_global_rank() -> None:
     forged = forge(
         [curated, longterm, episodic, gateway],
         [Message(role="user", content="What do I do on Sundays?")],
-        ForgeRules(weights=RankWeights(recency=0)),
+        Ranking(recency_weight=0),
         lambda text: len(text.split()),
         NOW,
     )

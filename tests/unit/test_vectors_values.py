@@ -144,3 +144,35 @@ def test_hits_whose_payload_is_gone_are_left_out() -> None:
     assert asked == [["a", "c"]]  # only the kept hits are read
     assert [(h.id, h.rank, h.dense_rank) for h in hits] == [("c", 1, 2)]
     assert assemble_hits(plan, [], [], payloads) == []
+
+
+def test_hits_carry_the_share_of_the_query_terms_they_contain() -> None:
+    encoder = Bm25Encoder(Bm25Settings())
+    plan = plan_search(
+        ShardKey(1, "m", 2),
+        encoder,
+        user="u",
+        query_dense=None,
+        query_text="Where did my sister adopt the puppies?",
+        where=None,
+        limit=3,
+        prefetch_limit=3,
+        dense_weight=1.0,
+        sparse_weight=1.0,
+        rrf_k=60,
+    )
+    texts = {
+        "all": "My sister adopted two puppies where she lives",
+        "half": "The puppies were cute",
+        "none": "Gardening books are nice",
+    }
+
+    def payloads(ids: list[str]) -> dict[str, PointPayload]:
+        return {i: PointPayload(user="u", kind="k", text=texts[i]) for i in ids}
+
+    ranked = [("all", 3.0), ("half", 2.0), ("none", 1.0)]
+    hits = assemble_hits(plan, [], ranked, payloads, encoder.terms)
+    coverage = {h.id: h.sparse_coverage for h in hits}
+    # Stop words ("where", "did", "my", "the") are not terms; stems match ("adopted").
+    assert coverage == {"all": 1.0, "half": 0.3333, "none": 0.0}
+    assert all(h.sparse_coverage is None for h in assemble_hits(plan, [], ranked, payloads))

@@ -26,7 +26,8 @@ from memory_bridge.chat.relay import (
 )
 from memory_bridge.chat.response_claims import Echo, ResponseClaims
 from memory_bridge.chat.upstream import Opened, Upstream
-from memory_bridge.context.forge.pipeline import Forged, ForgeRules, forge
+from memory_bridge.context.forge.intent import Intent, classify, ranking_for
+from memory_bridge.context.forge.pipeline import Forged, forge
 from memory_bridge.context.recall import recall_all
 from memory_bridge.context.template import MemoryTemplate
 from memory_bridge.core import metrics
@@ -43,6 +44,7 @@ from memory_bridge.storage.health import StorageHealth
 from memory_bridge.storage.traces import TraceStore
 from memory_bridge.tenancy.config import TokenConfig
 from memory_bridge.tenancy.forge_config import ForgeConfig
+from memory_bridge.tenancy.ranking import Ranking
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -93,7 +95,7 @@ class ChatHandler:
         *,
         claims: ResponseClaims,
         max_upstream_body: int = DEFAULT_LIMIT,
-        forge_rules: ForgeRules | None = None,
+        ranking: Ranking | None = None,
         traces: TraceStore | None = None,
         max_request_messages: int = 10_000,
         parse_in_thread_bytes: int = 256 * 1024,
@@ -107,8 +109,8 @@ class ChatHandler:
         # The most of an upstream answer held to parse it; larger ones are relayed unparsed.
         self._max_body = max_upstream_body
         self._inline: set[asyncio.Task[object]] = set()
-        self._forge_rules = forge_rules or ForgeRules()
-        self._token_rules: dict[ForgeConfig, ForgeRules] = {}
+        self._ranking = ranking or Ranking()
+        self._token_rules: dict[tuple[ForgeConfig | None, Intent], Ranking] = {}
         self._traces = traces
         self._claims = claims
         self._max_messages = max_request_messages
@@ -233,9 +235,10 @@ class ChatHandler:
         if drop_history:
             # Still recalled: the history source also tells what of the request is stored.
             recalls = [replace(r, history=()) if r.history else r for r in recalls]
-        rules = self.rules_for(turn.config.memory_config.forge)
+        intent = classify(turn.query)
+        rules = self.rules_for(turn.config.memory_config.forge, intent)
         forge_started = time.perf_counter()
-        forged = forge(recalls, turn.messages, rules, count_tokens, time.time())
+        forged = forge(recalls, turn.messages, rules, count_tokens, time.time(), intent)
         metrics.stage("forge", time.perf_counter() - forge_started)
         return forged
 
@@ -326,16 +329,15 @@ class ChatHandler:
         metrics.turn(stored=True)
         return True
 
-    def rules_for(self, overrides: ForgeConfig | None) -> ForgeRules:
-        """The forge rules of a token: the server's, with its `memory.forge` overrides applied
-        once per distinct config (a token's config is parsed once, when it is loaded)."""
-        if overrides is None:
-            return self._forge_rules
-        rules = self._token_rules.get(overrides)
+    def rules_for(self, overrides: ForgeConfig | None, intent: Intent) -> Ranking:
+        """The ranking of a request: the server's, its intent's preset and the token's
+        `memory.forge` overrides, built once per distinct (config, intent)."""
+        key = (overrides, intent)
+        rules = self._token_rules.get(key)
         if rules is None:
             if len(self._token_rules) >= _RULES_MEMO:
                 self._token_rules.clear()
-            rules = self._token_rules[overrides] = self._forge_rules.for_token(overrides)
+            rules = self._token_rules[key] = ranking_for(self._ranking, overrides, intent)
         return rules
 
     def _keep_trace(self, turn: Turn, trace: dict[str, Any]) -> None:

@@ -19,8 +19,13 @@ class Candidate:
     text: str
     dense_rank: int | None = None
     sparse_rank: int | None = None
+    graph_rank: int | None = None  # place in the relational fetch (entities of the query)
     dense_score: float | None = None
     sparse_score: float | None = None
+    # Scores comparable across queries, for the relevance floor: the dense score is a cosine;
+    # the sparse coverage is the fraction of the query's keyword terms the item contains.
+    sparse_coverage: float | None = None
+    query_terms: int = 0  # the query's keyword terms the coverage is a share of
     created_at: float | None = None  # epoch seconds, for recency
     importance: float | None = None  # 0..1 where the source has one
     vector: tuple[float, ...] | None = None  # for near-duplicate detection, when known
@@ -48,6 +53,7 @@ def iso_day(epoch: float | None) -> str | None:
 
 class Drop(StrEnum):
     THRESHOLD = "threshold"
+    FLOOR = "below_floor"  # nothing of the request's candidates is relevant enough
     DUPLICATE = "duplicate"
     IN_PROMPT = "in_prompt"  # the history window or the request already carries it
     BUDGET = "budget"

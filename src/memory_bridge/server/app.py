@@ -15,8 +15,6 @@ from starlette.types import Receive, Scope, Send
 from memory_bridge.chat.handler import ChatHandler
 from memory_bridge.chat.response_claims import ResponseClaims
 from memory_bridge.chat.upstream import Upstream, create_session
-from memory_bridge.context.forge.pipeline import ForgeRules
-from memory_bridge.context.forge.select import SelectRules
 from memory_bridge.context.template import MemoryTemplate, load_template
 from memory_bridge.core import token_count
 from memory_bridge.core.heap import freeze_long_lived
@@ -39,6 +37,7 @@ from memory_bridge.storage.health import StorageHealth
 from memory_bridge.storage.response_owners import ResponseOwners
 from memory_bridge.storage.traces import TraceStore
 from memory_bridge.tenancy.config import TEMPLATE_LANGUAGES
+from memory_bridge.tenancy.ranking import Ranking
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +105,7 @@ async def running_services(settings: Settings) -> AsyncIterator[Services]:
         max_upstream_body=settings.max_upstream_body_bytes,
         max_request_messages=settings.max_request_messages,
         parse_in_thread_bytes=settings.parse_in_thread_bytes,
-        forge_rules=ForgeRules(rules=SelectRules(budget_tokens=settings.memory_token_budget)),
+        ranking=Ranking(memory_token_budget=settings.memory_token_budget),
         traces=traces,
         claims=ResponseClaims(ResponseOwners(memory.db)),
     )

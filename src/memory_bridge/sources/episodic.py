@@ -28,9 +28,11 @@ from typing import Any
 
 from memory_bridge.core.blocking import BlockingExecutor
 from memory_bridge.core.candidates import Candidate
+from memory_bridge.core.entities import extract
 from memory_bridge.core.turn import Turn
 from memory_bridge.embedding.embedders import SPARSE_ONLY, Embedders, EmbedderSpec, episodic_spec
 from memory_bridge.sources.base import Exchange, OnRecallFailure, Recall
+from memory_bridge.sources.relational import GraphHit, traverse
 from memory_bridge.sources.vector_generations import Generations, ShardPlan, ShardTarget
 from memory_bridge.tenancy.config import TokenConfig
 from memory_bridge.vectors.index import (
@@ -146,13 +148,15 @@ class EpisodicMemory:
             if embed_here is None:
                 (vector,) = await self._embedders.embed(shard.spec, [query])
             token_id = turn.scope.token_id
+            seeds = [e.key for e in extract(query)]
 
-            def search() -> list[HybridHit]:
+            def search() -> tuple[list[HybridHit], list[GraphHit]]:
                 # One thread hop for all the calls: each hop costs the request time.
                 dense = vector if embed_here is None else embed_here(query)
                 index = self._engine.existing(token_id, shard.model_id, shard.dims)
                 if index is None:  # nothing was ever indexed for the token: nothing to recall
-                    return []
+                    return [], []
+                graph = traverse(index, user, KIND, seeds) if seeds else []
                 return index.hybrid_search(
                     user=user,
                     query_dense=dense or None,
@@ -162,33 +166,51 @@ class EpisodicMemory:
                     prefetch_limit=PREFETCH,
                     dense_weight=self._dense_weight,
                     sparse_weight=self._sparse_weight,
-                )
+                ), graph
 
-            hits = await self._executor.run(search)
-        candidates = tuple(
-            Candidate(
-                source=self.name,
-                id=hit.id,
-                text=hit.payload.text,
-                dense_rank=hit.dense_rank,
-                sparse_rank=hit.sparse_rank,
-                dense_score=hit.dense_score,
-                sparse_score=hit.sparse_score,
-                created_at=hit.payload.created_at or None,
-                lineage={
-                    k: v
-                    for k, v in (
-                        ("event_id", hit.payload.event_id),
-                        ("session", hit.payload.session),
-                        *_summary_lineage(hit.payload.extra),
-                    )
-                    if v
-                },
+            hits, graph = await self._executor.run(search)
+        return Recall(source=self.name, candidates=self._candidates(hits, graph))
+
+    def _candidates(
+        self, hits: Sequence[HybridHit], graph: Sequence[GraphHit]
+    ) -> tuple[Candidate, ...]:
+        """The hybrid hits, then the memories only the relational fetch reached; a hit the
+        fetch reached too carries its graph rank and the path ("via entity X (depth n)")."""
+        walked = {g.point.id: g for g in graph}
+        out = []
+        for hit in hits:
+            if not hit.payload.text:
+                continue
+            g = walked.pop(hit.id, None)
+            out.append(
+                Candidate(
+                    source=self.name,
+                    id=hit.id,
+                    text=hit.payload.text,
+                    dense_rank=hit.dense_rank,
+                    sparse_rank=hit.sparse_rank,
+                    graph_rank=g.rank if g else None,
+                    dense_score=hit.dense_score,
+                    sparse_score=hit.sparse_score,
+                    sparse_coverage=hit.sparse_coverage,
+                    query_terms=hit.query_terms,
+                    created_at=hit.payload.created_at or None,
+                    lineage=_lineage(hit.payload, g),
+                )
             )
-            for hit in hits
-            if hit.payload.text
-        )
-        return Recall(source=self.name, candidates=candidates)
+        for g in walked.values():
+            if g.point.payload.text:
+                out.append(
+                    Candidate(
+                        source=self.name,
+                        id=g.point.id,
+                        text=g.point.payload.text,
+                        graph_rank=g.rank,
+                        created_at=g.point.payload.created_at or None,
+                        lineage=_lineage(g.point.payload, g),
+                    )
+                )
+        return tuple(out)
 
     async def remember(self, exchange: Exchange) -> None:
         spec = self._spec(exchange.turn.config)
@@ -241,6 +263,7 @@ class EpisodicMemory:
                         session=scope.session,
                         event_id=exchange.event_id or None,
                         created_at=created_at,
+                        entities=tuple(e.key for e in extract(text)),
                     ),
                     index_text=in_context,
                 )
@@ -315,3 +338,15 @@ class EpisodicMemory:
         if spec.sparse_only:
             return "on (no embedder: BM25 alone)"
         return f"on ({spec.model_id}, {spec.dims} dims, hybrid dense + BM25)"
+
+
+def _lineage(payload: PointPayload, walked: GraphHit | None) -> dict[str, str]:
+    pairs = (
+        ("event_id", payload.event_id),
+        ("session", payload.session),
+        *_summary_lineage(payload.extra),
+    )
+    out = {k: v for k, v in pairs if v}
+    if walked is not None:
+        out["via"] = f"entity {walked.via} (depth {walked.depth})"
+    return out

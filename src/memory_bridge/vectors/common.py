@@ -47,7 +47,7 @@ __all__ = [
 
 # Keyword payload indexes of every shard (`user` is the tenant field), and a float index for
 # time windows. Without the keyword index a filtered query scans every point of the shard.
-KEYWORD_FIELDS = ("user", "session", "kind", "event_id")
+KEYWORD_FIELDS = ("user", "session", "kind", "event_id", "entities")
 FLOAT_FIELDS = ("created_at",)
 MAX_LIMIT = 1_000
 
@@ -119,6 +119,10 @@ class Bm25Encoder:
 
     def document(self, text: str) -> qdrant_edge.SparseVector:
         return self._model.embed_document(text)
+
+    def terms(self, text: str) -> frozenset[int]:
+        """The BM25 term ids of a text (stemmed, stop words dropped)."""
+        return frozenset(self._model.embed_document(text).indices)
 
     def query(self, text: str) -> qdrant_edge.SparseVector | None:
         """None when no token is left (empty text, or stop words only)."""
@@ -198,6 +202,7 @@ def assemble_hits(
     dense: Ranked,
     sparse: Ranked,
     payloads: Callable[[list[str]], dict[str, PointPayload]],
+    terms: Callable[[str], frozenset[int]] | None = None,
 ) -> list[HybridHit]:
     """Fuse the two engine lists, cut at the plan's limit, and read only the kept payloads.
 
@@ -209,10 +214,14 @@ def assemble_hits(
     kept = fused[: plan.limit]
     found = payloads([item.id for item in kept]) if kept else {}
     hits: list[HybridHit] = []
+    asked = frozenset(plan.sparse.indices) if plan.sparse is not None else frozenset()
     for item in kept:
         payload = found.get(item.id)
         if payload is None:
             continue
+        coverage = None
+        if asked and terms is not None:
+            coverage = round(len(asked & terms(payload.text)) / len(asked), 4)
         dense_rank, dense_score = item.ranks.get(DENSE, (None, None))
         sparse_rank, sparse_score = item.ranks.get(SPARSE, (None, None))
         hits.append(
@@ -225,6 +234,8 @@ def assemble_hits(
                 dense_rank=dense_rank,
                 sparse_score=sparse_score,
                 sparse_rank=sparse_rank,
+                sparse_coverage=coverage,
+                query_terms=len(asked),
             )
         )
     return hits
@@ -302,7 +313,7 @@ class IndexBase(ABC):
         if plan.where.matches_nothing() or (plan.dense is None and plan.sparse is None):
             return []
         dense, sparse = self._search(plan)
-        return assemble_hits(plan, dense, sparse, self._payloads)
+        return assemble_hits(plan, dense, sparse, self._payloads, self._encoder.terms)
 
     @abstractmethod
     def _count(self, where: Where) -> int: ...

@@ -95,6 +95,9 @@ class PointPayload:
     event_id: str | None = None
     created_at: float = 0.0
     extra: Mapping[str, JSONValue] = field(default_factory=dict)
+    # Normalised keys of the entities the text names (`core.entities`): the entity index of
+    # the relational fetch, kept with the point so it is rebuilt and erased with it.
+    entities: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, JSONValue]:
         # `extra` stays nested so it can never shadow a namespace field a filter relies on.
@@ -106,6 +109,7 @@ class PointPayload:
             "event_id": self.event_id,
             "created_at": self.created_at,
             "extra": dict(self.extra),
+            "entities": list(self.entities),
         }
 
     @classmethod
@@ -114,6 +118,7 @@ class PointPayload:
         data = raw or {}
         created = data.get("created_at")
         extra = data.get("extra")
+        entities = data.get("entities")
         return cls(
             user=_str_or(data.get("user"), ""),
             kind=_str_or(data.get("kind"), ""),
@@ -122,6 +127,9 @@ class PointPayload:
             event_id=_opt_str(data.get("event_id")),
             created_at=float(created) if isinstance(created, int | float) else 0.0,
             extra=extra if isinstance(extra, dict) else {},
+            entities=tuple(e for e in entities if isinstance(e, str))
+            if isinstance(entities, list)
+            else (),
         )
 
 
@@ -156,13 +164,14 @@ class Where:
     session: str | Collection[str] | None = None
     kind: str | Collection[str] | None = None
     event_id: str | Collection[str] | None = None
+    entities: str | Collection[str] | None = None  # any of these entity keys is named
     created_from: float | None = None
     created_before: float | None = None
 
     def matchers(self) -> list[tuple[str, str | tuple[str, ...]]]:
         """(field, value or values) for every keyword condition given, in a stable order."""
         out: list[tuple[str, str | tuple[str, ...]]] = []
-        for name in ("user", "session", "kind", "event_id"):
+        for name in ("user", "session", "kind", "event_id", "entities"):
             value = _normalise(getattr(self, name))
             if value is not None:
                 out.append((name, value))
@@ -191,6 +200,11 @@ class HybridHit:
     dense_rank: int | None
     sparse_score: float | None
     sparse_rank: int | None
+    # The fraction of the query's BM25 terms (after the tokenizer's stemming and stop words)
+    # found in the stored text: unlike the BM25 score, comparable across queries and across
+    # shards of any size. None without a keyword query.
+    sparse_coverage: float | None = None
+    query_terms: int = 0  # how many BM25 terms the query has
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,45 +12,18 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from memory_bridge.context.forge.rank import RankWeights, rank
-from memory_bridge.context.forge.select import SelectRules, select
+from memory_bridge.context.forge.floor import gate_open
+from memory_bridge.context.forge.rank import rank
+from memory_bridge.context.forge.select import select
 from memory_bridge.context.forge.summarised import drop_summarised
 from memory_bridge.context.forge.trace import build
 from memory_bridge.core.candidates import Candidate, Outcome
 from memory_bridge.core.messages import Message
 from memory_bridge.sources.base import Recall
-from memory_bridge.tenancy.forge_config import ForgeConfig
-
-
-@dataclass(frozen=True, slots=True)
-class ForgeRules:
-    weights: RankWeights = field(default_factory=RankWeights)
-    rules: SelectRules = field(default_factory=SelectRules)
-
-    def for_token(self, overrides: ForgeConfig | None) -> ForgeRules:
-        """These rules with a token's `memory.forge` overrides (the same object without)."""
-        if overrides is None:
-            return self
-        o, w, r = overrides, self.weights, self.rules
-        weights = RankWeights(
-            dense=w.dense if o.dense_weight is None else o.dense_weight,
-            sparse=w.sparse if o.sparse_weight is None else o.sparse_weight,
-            recency=w.recency if o.recency_weight is None else o.recency_weight,
-            half_life_days=w.half_life_days if o.half_life_days is None else o.half_life_days,
-            importance=w.importance if o.importance_weight is None else o.importance_weight,
-            per_source={**w.per_source, **o.per_source},
-        )
-        rules = SelectRules(
-            budget_tokens=(
-                r.budget_tokens if o.memory_token_budget is None else o.memory_token_budget
-            ),
-            min_score=r.min_score if o.min_score is None else o.min_score,
-            near_duplicate=r.near_duplicate if o.near_duplicate is None else o.near_duplicate,
-        )
-        return ForgeRules(weights, rules)
+from memory_bridge.tenancy.ranking import Ranking
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,19 +43,28 @@ def _candidates(recall: Recall) -> list[Candidate]:
     ]
 
 
+def weighed(candidate: Candidate, ranking: Ranking) -> bool:
+    """False for a memory only the relational fetch reached while its weight is 0."""
+    only_graph = candidate.dense_rank is None and candidate.sparse_rank is None
+    return not (only_graph and candidate.graph_rank is not None and ranking.graph_weight == 0)
+
+
 def forge(
     recalls: Sequence[Recall],
     request: Sequence[Message],
-    forge_rules: ForgeRules,
+    ranking: Ranking,
     count_tokens: Callable[[str], int],
     now: float,
+    intent: str | None = None,
 ) -> Forged:
-    candidates = [c for r in recalls for c in _candidates(r)]
+    candidates = [c for r in recalls for c in _candidates(r) if weighed(c, ranking)]
     in_prompt = [m.text() for r in recalls for m in r.history] + [m.text() for m in request]
     outcomes: list[Outcome] = []
+    gate = False
     if candidates:
-        ranked, summarised = drop_summarised(rank(candidates, forge_rules.weights, now))
-        outcomes = select(ranked, forge_rules.rules, count_tokens, in_prompt)
+        ranked, summarised = drop_summarised(rank(candidates, ranking, now))
+        gate = gate_open(ranked, ranking)
+        outcomes = select(ranked, ranking, count_tokens, in_prompt, gate)
         outcomes = sorted([*outcomes, *summarised], key=lambda o: o.scored.rank)
     kept: dict[str, list[Candidate]] = {}
     for outcome in outcomes:
@@ -92,8 +74,30 @@ def forge(
     forged = [
         _kept(r, kept.get(r.source, [])) if (r.memories or r.candidates) else r for r in recalls
     ]
-    trace = build(outcomes, _blocks(recalls, count_tokens), forge_rules.rules.budget_tokens)
+    trace = build(outcomes, _blocks(recalls, count_tokens), ranking.memory_token_budget)
+    if intent is not None:
+        trace["intent"] = intent
+    trace["weights"] = _weights(ranking)
+    trace["floor"] = {
+        "dense": ranking.dense_floor,
+        "sparse": ranking.sparse_floor,
+        "noise_share": ranking.noise_share,
+        "cleared": gate,
+    }
     return Forged(forged, trace, tuple(o for o in outcomes if o.kept))
+
+
+def _weights(ranking: Ranking) -> dict[str, Any]:
+    """The weights the request was ranked with (for the trace)."""
+    return {
+        "dense": ranking.dense_weight,
+        "sparse": ranking.sparse_weight,
+        "graph": ranking.graph_weight,
+        "per_source": {s: {"dense": d, "sparse": sp} for s, (d, sp) in ranking.per_source.items()},
+        "recency": ranking.recency_weight,
+        "half_life_days": ranking.half_life_days,
+        "importance": ranking.importance_weight,
+    }
 
 
 def _kept(recall: Recall, kept: Sequence[Candidate]) -> Recall:

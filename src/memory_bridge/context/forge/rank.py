@@ -10,40 +10,25 @@ its own lists the same way.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from types import MappingProxyType
+from collections.abc import Sequence
 
 from memory_bridge.core.candidates import Candidate, Scored
+from memory_bridge.tenancy.ranking import Ranking
 
 RRF_K = 60
 
 
-# Episodic candidates have both lists, and with the small local model the keyword list is the
-# stronger one: on the LoCoMo development split, dense 0.5 / sparse 1 in the ranking recalls
-# more than 1/1, with nothing lost at @20 (docs/performance.md, "bench_recall.py"). The
-# engine still fetches both lists at 1/1 (a broad candidate set); only the ranking leans.
-# Sources with one list (Mem0's facts) keep the global weights, so their best item is worth as
-# much as before against recency.
-DEFAULT_PER_SOURCE: Mapping[str, tuple[float, float]] = MappingProxyType({"episodic": (0.5, 1.0)})
-
-
-@dataclass(frozen=True, slots=True)
-class RankWeights:
-    dense: float = 1.0
-    sparse: float = 1.0
-    recency: float = 0.1  # how much a fresh item gains over an old one
-    half_life_days: float = 30.0
-    importance: float = 0.1
-    # (dense, sparse) weights of a source's candidates, where they differ from the global ones.
-    per_source: Mapping[str, tuple[float, float]] = field(
-        default_factory=lambda: DEFAULT_PER_SOURCE
+def fused_score(candidate: Candidate, weights: Ranking) -> float:
+    dense, sparse = weights.per_source.get(
+        candidate.source, (weights.dense_weight, weights.sparse_weight)
     )
+    return _fused(candidate, dense, sparse, weights.graph_weight)
 
 
-def fused_score(candidate: Candidate, weights: RankWeights) -> float:
-    dense, sparse = weights.per_source.get(candidate.source, (weights.dense, weights.sparse))
+def _fused(candidate: Candidate, dense: float, sparse: float, graph: float) -> float:
     score = 0.0
+    if candidate.graph_rank is not None:
+        score += graph / (RRF_K + candidate.graph_rank)
     if candidate.dense_rank is not None:
         score += dense / (RRF_K + candidate.dense_rank)
     if candidate.sparse_rank is not None:
@@ -59,19 +44,21 @@ def recency(created_at: float | None, now: float, half_life_days: float) -> floa
     return math.pow(0.5, age_days / half_life_days)
 
 
-def rank(candidates: Sequence[Candidate], weights: RankWeights, now: float) -> list[Scored]:
+def rank(candidates: Sequence[Candidate], weights: Ranking, now: float) -> list[Scored]:
     """Candidates scored and sorted best first (ties: newer first, then by source and id)."""
     # The recency and importance terms are scaled to the fused scores' range: a first place in
     # both lists is worth 2/61; recency can move an item by a fraction of that, not more.
-    scale = (weights.dense + weights.sparse) / (RRF_K + 1)
+    scale = (weights.dense_weight + weights.sparse_weight) / (RRF_K + 1)
+    per_source = weights.per_source
+    default = (weights.dense_weight, weights.sparse_weight)
     scored = []
     for candidate in candidates:
-        fused = fused_score(candidate, weights)
+        fused = _fused(candidate, *per_source.get(candidate.source, default), weights.graph_weight)
         fresh = recency(candidate.created_at, now, weights.half_life_days)
         final = (
             fused
-            + weights.recency * scale * fresh
-            + weights.importance * scale * (candidate.importance or 0.0)
+            + weights.recency_weight * scale * fresh
+            + weights.importance_weight * scale * (candidate.importance or 0.0)
         )
         scored.append(Scored(candidate, fused, fresh, final))
     # On equal scores the newer item first (then by source and id, so stable).

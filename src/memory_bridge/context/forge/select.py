@@ -1,7 +1,9 @@
 """Filter and budget: what of the ranked candidates goes into the prompt, and why not the rest.
 
-Filter: below the relevance threshold; an exact duplicate (same normalised text) or a near
-duplicate (cosine of their vectors at or above the threshold) of an item ranked higher, across
+Filter: below the relevance threshold on the final score, or below the relevance floor
+(`floor`: nothing of the request is relevant, or this item is noise); an exact duplicate
+(same normalised text) or a near duplicate (cosine of their vectors at or above the
+threshold) of an item ranked higher, across
 sources; or already in the prompt (the history window, the request's own messages). Budget:
 kept items fill the token budget in rank order; an item that does not fit is dropped and
 smaller ones after it may still fit (the budget is filled, never exceeded).
@@ -12,18 +14,12 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 
+from memory_bridge.context.forge.floor import clears, gate_open
 from memory_bridge.core.candidates import Drop, Outcome, Scored
+from memory_bridge.tenancy.ranking import Ranking
 
 _SPACE = re.compile(r"\s+")
-
-
-@dataclass(frozen=True, slots=True)
-class SelectRules:
-    budget_tokens: int = 1500
-    min_score: float = 0.0  # on the final score; 0 keeps anything ranked
-    near_duplicate: float = 0.95  # cosine at or above which two items are the same
 
 
 def normalised(text: str) -> str:
@@ -38,11 +34,23 @@ def cosine(a: Sequence[float], b: Sequence[float]) -> float:
 
 def select(
     ranked: Sequence[Scored],
-    rules: SelectRules,
+    rules: Ranking,
     count_tokens: Callable[[str], int],
     in_prompt: Iterable[str] = (),
+    gate: bool | None = None,
 ) -> list[Outcome]:
-    """Every ranked candidate's outcome, in rank order."""
+    """Every ranked candidate's outcome, in rank order. `gate`: whether the request's
+    candidates clear the relevance floor (`floor.gate_open`; computed when not given)."""
+    if gate is None:
+        gate = gate_open(ranked, rules)
+    share = rules.noise_share if gate else 1.0
+    # A message is as relevant as the rest of its exchange: the reply to a question that
+    # matches shares none of the question's words, yet answers it.
+    relevant_events = {
+        s.candidate.lineage["event_id"]
+        for s in ranked
+        if "event_id" in s.candidate.lineage and clears(s.candidate, rules, share)
+    }
     carried = {normalised(t) for t in in_prompt if t.strip()}
     seen: dict[str, str] = {}  # normalised text -> id of the kept or earlier item
     vectors: list[tuple[str, Sequence[float]]] = []
@@ -53,6 +61,9 @@ def select(
         key = normalised(c.text)
         if item.final < rules.min_score:
             out.append(Outcome(item, False, reason=Drop.THRESHOLD))
+            continue
+        if clears(c, rules, share) is False and c.lineage.get("event_id") not in relevant_events:
+            out.append(Outcome(item, False, reason=Drop.FLOOR))
             continue
         if key in carried:
             out.append(Outcome(item, False, reason=Drop.IN_PROMPT))
@@ -68,7 +79,7 @@ def select(
         if c.vector is not None:
             vectors.append((f"{c.source}:{c.id}", c.vector))
         tokens = count_tokens(c.text)
-        if spent + tokens > rules.budget_tokens:
+        if spent + tokens > rules.memory_token_budget:
             out.append(Outcome(item, False, tokens=tokens, reason=Drop.BUDGET))
             continue
         spent += tokens

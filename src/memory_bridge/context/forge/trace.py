@@ -28,6 +28,8 @@ def item(outcome: Outcome) -> dict[str, Any]:
             "sparse": c.sparse_score,
             "dense_rank": c.dense_rank,
             "sparse_rank": c.sparse_rank,
+            "sparse_coverage": c.sparse_coverage,
+            "graph_rank": c.graph_rank,
             "fused": round(scored.fused, 6),
             "recency": round(scored.recency, 6),
             "final": round(scored.final, 6),

@@ -35,6 +35,12 @@ class Trace(BaseModel):
     recalled_tokens: int
     candidates: list[dict[str, Any]]
     blocks: list[dict[str, Any]]
+    # The relevance floor: its values and whether the request's candidates cleared it (absent
+    # in traces kept before it existed).
+    floor: dict[str, Any] | None = None
+    # The intent read from the user's message and the weights it was ranked with.
+    intent: str | None = None
+    weights: dict[str, Any] | None = None
     # The request's messages that are stored shortened (cut text, payload placeholders).
     stored_shortened: int = 0
     user: str | None = Field(

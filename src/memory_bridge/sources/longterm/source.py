@@ -288,14 +288,16 @@ def _to_add(exchange: Exchange) -> list[dict[str, str]]:
 
 
 def _candidates(source: str, found: Sequence[StoredMemory]) -> tuple[Candidate, ...]:
-    """Mem0's hits in its order (one dense list), each dated by when it was last learned."""
+    """Mem0's hits in its order (one dense list), each dated by when it was last learned.
+
+    No `dense_score`: Mem0's facts are judged by Mem0's own threshold, on whatever embedder the
+    token has; the relevance floor judges the layers whose scores it is calibrated for."""
     return tuple(
         Candidate(
             source=source,
             id=m.id,
             text=m.text,
             dense_rank=rank,
-            dense_score=m.score,
             created_at=_epoch(m.updated_at or m.created_at),
         )
         for rank, m in enumerate((m for m in found if m.text), 1)

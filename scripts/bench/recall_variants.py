@@ -1,0 +1,115 @@
+"""The recall bench's variants (`scripts/bench_recall.py --variants`): what the product lets a
+caller set, i.e. `EpisodicMemory`'s keyword arguments and the forge's ranking configuration
+(`tenancy.ranking.Ranking`: any field as `+name=value`, a named preset as `+preset=name`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from memory_bridge.tenancy.ranking import Ranking, partial, preset
+
+__all__ = ["DEFAULT_VARIANTS", "PRODUCT", "Variant", "parse_variants"]
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """None: the product's default (the keyword argument is not passed)."""
+
+    name: str
+    dense: float | None = None
+    sparse: float | None = None
+    context: bool | None = None
+    dated: bool = False
+    apply: str = "both"  # where the weights apply: "both", "engine" (only), "forge" (only)
+    preset: str = "default"  # a named preset of the ranking configuration
+    # Fields of the ranking configuration (snake or camel names) -> values.
+    ranking: tuple[tuple[str, float | bool], ...] = ()
+
+    @property
+    def index_key(self) -> tuple[bool | None, bool]:
+        return (self.context, self.dated)
+
+    def describe(self) -> str:
+        extra = f", preset {self.preset}" if self.preset != "default" else ""
+        extra += "".join(f", {k}={v}" for k, v in self.ranking)
+        if self.dense is None:
+            return "product defaults (no setting passed)" + extra
+        return self._weights() + extra
+
+    def _weights(self) -> str:
+        context = {None: "default", True: "in context", False: "plain"}[self.context]
+        where = "" if self.apply == "both" else f" ({self.apply} only)"
+        dated = ", stored at the sessions' dates" if self.dated else ""
+        return f"BM25 {context}, dense/sparse {self.dense:g}/{self.sparse:g}{where}{dated}"
+
+    def rank_config(self) -> Ranking:
+        """The forge's configuration of this variant: the product's, with its preset, its
+        dense/sparse weights (for episodic candidates, as the product's default sets them) and
+        its named fields."""
+        config = preset(self.preset)
+        update: dict[str, Any] = dict(self.ranking)
+        if self.apply != "engine" and self.dense is not None and self.sparse is not None:
+            episodic = {"dense": self.dense, "sparse": self.sparse}
+            update.update(dense_weight=self.dense, sparse_weight=self.sparse)
+            update["source_weights"] = {"episodic": episodic}
+        return config.updated(partial(update)) if update else config
+
+
+PRODUCT = Variant("product")
+_SPEC = re.compile(r"(ctx|plain)-([0-9.]+)/([0-9.]+)(-engine|-forge)?(-dated)?")
+_SETTING = re.compile(r"([A-Za-z_]+)=([A-Za-z0-9_.]+)")
+DEFAULT_VARIANTS = (
+    "ctx-1/1,ctx-0.5/1,plain-1/1,plain-0.5/1,ctx-0/1,ctx-1/0,ctx-1/1-dated,ctx-0.5/1-dated"
+)
+
+
+def parse_variants(spec: str) -> list[Variant]:
+    """`product` (always first) plus e.g. "ctx-0.5/1", "plain-1/1", "ctx-1/1-dated";
+    "-engine" / "-forge" apply the weights to the engine's fusion or the forge's rank only;
+    "+name=value" sets a field of the ranking configuration, "+preset=name" a named preset
+    (e.g. "product+preset=keyword", "ctx-1/1+recencyWeight=0")."""
+    out = [PRODUCT]
+    for part in (p.strip() for p in spec.split(",")):
+        if not part or part == "product":
+            continue
+        head, *settings = part.split("+")
+        if head == "product":
+            out.append(_with_settings(PRODUCT, part, settings))
+            continue
+        match = _SPEC.fullmatch(head)
+        if match is None:
+            raise ValueError(
+                f"variant {part!r}: want [ctx|plain]-<dense>/<sparse>[-engine|-forge][-dated]"
+            )
+        variant = Variant(
+            part,
+            dense=float(match.group(2)),
+            sparse=float(match.group(3)),
+            context=match.group(1) == "ctx",
+            dated=bool(match.group(5)),
+            apply=(match.group(4) or "-both")[1:],
+        )
+        out.append(_with_settings(variant, part, settings))
+    return out
+
+
+def _with_settings(variant: Variant, name: str, settings: Sequence[str]) -> Variant:
+    chosen = variant.preset
+    fields: list[tuple[str, float | bool]] = []
+    for setting in settings:
+        match = _SETTING.fullmatch(setting)
+        if match is None:
+            raise ValueError(f"variant {name!r}: want +name=value, got {setting!r}")
+        if match.group(1) == "preset":
+            chosen = match.group(2)
+        else:
+            raw = match.group(2)
+            value = {"true": True, "false": False}.get(raw.lower()) if raw.isalpha() else None
+            fields.append((match.group(1), float(raw) if value is None else value))
+    out = dataclasses.replace(variant, name=name, preset=chosen, ranking=tuple(fields))
+    out.rank_config()  # an unknown field, preset or value is refused here, not mid-run
+    return out
