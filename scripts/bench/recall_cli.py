@@ -32,14 +32,14 @@ def _torch_threads() -> int | None:
 
 
 async def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
-    from bench import recall_episodic, recall_speed
+    from bench import recall_episodic, recall_speed, recall_variants
 
     conversations = load(args.data)
     if args.limit_conversations is not None:
         conversations = conversations[: args.limit_conversations]
     report: dict[str, Any] = {"data": str(args.data), "torch_threads": _torch_threads()}
     if not args.skip_quality:
-        variants = recall_episodic.parse_variants(args.variants)
+        variants = recall_variants.parse_variants(args.variants)
         found, bench = await recall_episodic.run(
             conversations, data_dir / "episodic", variants, args.limit_questions
         )
@@ -80,7 +80,7 @@ async def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    from bench.recall_episodic import DEFAULT_VARIANTS
+    from bench.recall_variants import DEFAULT_VARIANTS
 
     parser = argparse.ArgumentParser(description=DESCRIPTION)
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="locomo_dev.json")

@@ -22,7 +22,7 @@ REFERENCES = {
 def variants_table(variants: Sequence[dict[str, Any]]) -> str:
     cats = list(CATEGORIES.values())
     head = ["variant", "setting", *(f"turn@{k}" for k in KS), "sess@10"]
-    head += [f"{c} turn@10" for c in cats] + ["p50 ms", "p95 ms"]
+    head += [f"{c} turn@10" for c in cats] + ["tokens/req", "p50 ms", "p95 ms"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for v in variants:
         o = v["overall"]
@@ -31,9 +31,25 @@ def variants_table(variants: Sequence[dict[str, Any]]) -> str:
         cells += [
             f"{v['by_category'][c]['turn@10']:.3f}" if c in v["by_category"] else "-" for c in cats
         ]
-        cells += [f"{o['p50_ms']:.1f}", f"{o['p95_ms']:.1f}"]
+        cells += [f"{o['injected_tokens']:.0f}", f"{o['p50_ms']:.1f}", f"{o['p95_ms']:.1f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def off_topic_table(product: dict[str, Any]) -> str:
+    """On-topic (the conversation's own questions) against off-topic (the others')."""
+    on, off = product["overall"], product["off_topic"]
+    head = "| questions asked | n | nothing injected | injected tokens / request |"
+    return "\n".join(
+        [
+            head,
+            "|---|---|---|---|",
+            f"| own conversation's | {on['questions']} | {on['nothing_injected']:.1%} "
+            f"| {on['injected_tokens']:.0f} |",
+            f"| other conversations' (off-topic) | {off['questions']} "
+            f"| {off['nothing_injected']:.1%} | {off['injected_tokens']:.0f} |",
+        ]
+    )
 
 
 def comparison(overall: dict[str, Any], mem0: dict[str, Any] | None) -> str:
@@ -56,6 +72,7 @@ def render(report: dict[str, Any]) -> str:
             table(rows, "conversation"),
             table(list(report["by_category"].items()), "category"),
             variants_table(report["variants"]),
+            off_topic_table(report["variants"][0]),
             comparison(report["overall"], report.get("mem0")),
         ]
         if "mem0" in report:
