@@ -9,7 +9,7 @@ import threading
 from typing import Any
 
 from memory_bridge.chat.formats import CHAT
-from memory_bridge.chat.handler import ChatHandler
+from memory_bridge.chat.request_reader import RequestReader
 from memory_bridge.core.messages import Message
 from memory_bridge.events.recorder import at_most
 
@@ -35,19 +35,8 @@ def test_a_kept_part_never_starts_with_an_orphaned_tool_result() -> None:
     assert "4 earlier messages" in str(kept[0].content)
 
 
-def _handler(thread_bytes: int) -> ChatHandler:
-    none: Any = None
-    return ChatHandler(
-        (),
-        none,
-        {},
-        none,
-        none,
-        none,
-        claims=none,
-        parse_in_thread_bytes=thread_bytes,
-        max_request_messages=3,
-    )
+def _reader(thread_bytes: int) -> RequestReader:
+    return RequestReader(max_messages=3, thread_bytes=thread_bytes)
 
 
 def test_a_large_body_is_parsed_in_another_thread_and_a_small_one_inline() -> None:
@@ -62,8 +51,8 @@ def test_a_large_body_is_parsed_in_another_thread_and_a_small_one_inline() -> No
     wire = CHAT.__class__(**{**{f: getattr(CHAT, f) for f in CHAT.__slots__}, "parse_body": spy})
 
     async def both() -> int:
-        await _handler(50)._parse(wire, raw.encode())  # larger than 50 bytes
-        await _handler(10_000)._parse(wire, raw.encode())
+        await _reader(50).parse(wire, raw.encode())  # larger than 50 bytes
+        await _reader(10_000).parse(wire, raw.encode())
         return threading.get_ident()
 
     loop_thread = asyncio.run(both())

@@ -7,10 +7,9 @@ and the failure policy are the same for both.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, TypeVar
@@ -24,18 +23,19 @@ from memory_bridge.chat.relay import (
     relay_events,
     stream_headers,
 )
+from memory_bridge.chat.request_reader import RequestReader, scope_of
 from memory_bridge.chat.response_claims import Echo, ResponseClaims
 from memory_bridge.chat.upstream import Opened, Upstream
 from memory_bridge.context.forge.intent import Intent, classify, ranking_for
 from memory_bridge.context.forge.pipeline import Forged, forge
+from memory_bridge.context.forge.trace import injected_per_source
 from memory_bridge.context.recall import recall_all
 from memory_bridge.context.template import MemoryTemplate
 from memory_bridge.core import metrics
-from memory_bridge.core.errors import invalid_request
 from memory_bridge.core.message_bounds import bounded
 from memory_bridge.core.messages import conversation, latest_user_text
 from memory_bridge.core.token_count import count_tokens
-from memory_bridge.core.turn import DEFAULT_SESSION, TOKEN_WIDE_USER, Reply, Scope, Turn
+from memory_bridge.core.turn import TOKEN_WIDE_USER, Reply, Turn
 from memory_bridge.events.recorder import TurnRecorder
 from memory_bridge.sources import summaries
 from memory_bridge.sources.base import MemorySource, Recall
@@ -48,7 +48,6 @@ from memory_bridge.tenancy.ranking import Ranking
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-_MAX_ID = 200
 # On a response whose turn the database refused (a stream says so in-band: relay.NOT_STORED).
 NOT_STORED_HEADER = (b"x-memorybridge-stored", b"false")
 # On a memory turn that names no end user (`user`, `X-User-Id`): its memory is the token's own,
@@ -113,9 +112,7 @@ class ChatHandler:
         self._token_rules: dict[tuple[ForgeConfig | None, Intent], Ranking] = {}
         self._traces = traces
         self._claims = claims
-        self._max_messages = max_request_messages
-        self._warned_no_user: set[int] = set()  # tokens told about, at most one line each
-        self._thread_bytes = parse_in_thread_bytes
+        self._reader = RequestReader(max_request_messages, parse_in_thread_bytes)
 
     @property
     def claims(self) -> ResponseClaims:
@@ -125,10 +122,10 @@ class ChatHandler:
         """Answer one turn. A client that disconnects cancels the calling task; the upstream
         request is abandoned then, but a turn being stored is not."""
         wire = req.wire
-        body = await self._parse(wire, req.body)
+        body = await self._reader.parse(wire, req.body)
         if wire.echo is not None:  # a stored response it continues must be the token's own
             await self._claims.check_body(req.token_id, body)
-        scope = _scope(req.token_id, body, req.headers)
+        scope = scope_of(req.token_id, body, req.headers)
         config = req.config
         headers = self._upstream.request_headers(config, req.headers, json_body=True)
         streaming = body.get("stream") is True
@@ -151,7 +148,7 @@ class ChatHandler:
         forged = await self.recall(turn, drop_history=wire.upstream_holds_history(body))
         memory = config.memory_config
         recalls = forged.recalls
-        _count_injected(recalls, forged.trace)
+        metrics.injected(injected_per_source(forged.trace))
         limit = self._recorder.max_message_bytes
         cut = sum(1 for m in conversation(messages) if bounded(m, limit) is not m)
         if cut:  # these will be stored shortened (MAX_STORED_MESSAGE_BYTES, placeholders)
@@ -161,16 +158,30 @@ class ChatHandler:
         forwarded = wire.forward(body, messages, recalls, template, memory.placement)
         payload = req.body
         if forwarded is not None:
-            payload = await self._off_loop(len(req.body), partial(_dumps, forwarded))
+            payload = await self._reader.dumps(len(req.body), forwarded)
         echo = None if wire.echo is None else wire.echo(body, forwarded)
         diagnostics = _diagnostics(recalls, req.started)
         if scope.user == TOKEN_WIDE_USER:
             diagnostics.append(NO_END_USER_HEADER)
-            self._warn_no_end_user(scope.token_id)
+            self._reader.warn_no_end_user(scope.token_id)
         metrics.stage("added", time.perf_counter() - req.started)
         asked = time.perf_counter()
         opened = await self._upstream.open("POST", url, headers, payload)
         metrics.stage("upstream_first_byte", time.perf_counter() - asked)
+        return await self._answer(opened, req, turn, recalls, streaming, diagnostics, echo)
+
+    async def _answer(
+        self,
+        opened: Opened,
+        req: ChatRequest,
+        turn: Turn,
+        recalls: list[Recall],
+        streaming: bool,
+        diagnostics: list[tuple[bytes, bytes]],
+        echo: Echo | None,
+    ) -> Outgoing:
+        """The upstream's answer relayed, the turn remembered once the reply is complete."""
+        wire = req.wire
         if streaming and opened.ok and is_sse(opened):
             remember = partial(self._remember, turn, recalls)
             stream = relay_events(opened, self._max_body, remember, wire.stream)
@@ -189,43 +200,6 @@ class ChatHandler:
                 )
         answer = await self._claimed_whole(answer, opened, req.token_id, echo)
         return _whole(opened, diagnostics, answer)
-
-    def _warn_no_end_user(self, token_id: int) -> None:
-        if token_id in self._warned_no_user:
-            return
-        self._warned_no_user.add(token_id)
-        log.warning(
-            "token %d: a request names no end user ('user' or X-User-Id): such requests "
-            "share one token-wide memory",
-            token_id,
-        )
-
-    async def _parse(self, wire: WireFormat, raw: bytes) -> dict[str, Any]:
-        """The strict parse, in a thread for a large body (however large a legal body is, the
-        event loop keeps serving other requests); then the bound on how many items it holds,
-        before anything walks them."""
-        if wire.items_key == "messages" and raw.count(b'"role"') > 2 * self._max_messages:
-            # Every chat message has one "role" key, and the bytes `"role"` hardly occur
-            # otherwise (a quote inside a string is escaped): far more of them than messages
-            # allowed is refused before the parse, which holds the GIL for its whole length.
-            raise self._too_many(wire, f"more than {2 * self._max_messages}")
-        body = await self._off_loop(len(raw), partial(wire.parse_body, raw))
-        items = body.get(wire.items_key)
-        if isinstance(items, list) and len(items) > self._max_messages:
-            raise self._too_many(wire, str(len(items)))
-        return body
-
-    def _too_many(self, wire: WireFormat, count: str) -> Exception:
-        return invalid_request(
-            f"'{wire.items_key}' holds {count} items; at most {self._max_messages} "
-            "are accepted in one request (MAX_REQUEST_MESSAGES).",
-            400,
-        )
-
-    async def _off_loop(self, size: int, work: Callable[[], T]) -> T:
-        if size > self._thread_bytes:
-            return await asyncio.to_thread(work)
-        return work()
 
     async def recall(self, turn: Turn, *, drop_history: bool = False) -> Forged:
         """What this turn would be given: every source recalled (the failure policy applied),
@@ -370,48 +344,6 @@ def _whole(
     return Outgoing(opened.status, headers, stream=body)
 
 
-def _scope(token_id: int, body: dict[str, Any], headers: Mapping[str, str]) -> Scope:
-    user = body.get("user")
-    if user is None:
-        user = _utf8(headers.get("x-user-id", TOKEN_WIDE_USER), "X-User-Id")
-    elif not isinstance(user, str):
-        raise invalid_request("'user' must be a string.")
-    session = _utf8(headers.get("x-session-id", DEFAULT_SESSION), "X-Session-Id")
-    session = session or DEFAULT_SESSION
-    for label, value in (("user", user), ("X-Session-Id", session)):
-        if len(value) > _MAX_ID or not value.isprintable():
-            raise invalid_request(f"{label} must be at most {_MAX_ID} printable characters.")
-    return Scope(token_id=token_id, user=user, session=session)
-
-
-def _count_injected(recalls: list[Recall], trace: dict[str, Any]) -> None:
-    """Items and tokens injected per source: the forge's kept candidates, and the blocks
-    placed as they come (history, curated, the Gateway reference)."""
-    per_source: dict[str, tuple[int, int]] = {}
-    for item in trace["candidates"]:
-        if item["kept"]:
-            items, tokens = per_source.get(item["source"], (0, 0))
-            per_source[item["source"]] = (items + 1, tokens + item["tokens"])
-    for block in trace["blocks"]:
-        items, tokens = per_source.get(block["source"], (0, 0))
-        per_source[block["source"]] = (items + block.get("messages", 1), tokens + block["tokens"])
-    metrics.injected(per_source)
-
-
-def _utf8(value: str, label: str) -> str:
-    """A header's text as UTF-8, like the body's `user` (the server hands header bytes over as
-    latin-1): `X-User-Id: jürgen` is the end user "jürgen"; bytes that are not UTF-8 are a 400,
-    never a second spelling of someone."""
-    try:
-        raw = value.encode("latin-1")
-    except UnicodeEncodeError:  # already text beyond latin-1: not from the wire
-        return value
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise invalid_request(f"{label} must be UTF-8 text.", 400) from None
-
-
 def _diagnostics(recalls: list[Recall], started: float) -> list[tuple[bytes, bytes]]:
     overhead = (time.perf_counter() - started) * 1000
     injected = ", ".join(f"{r.source}={r.injected}" for r in recalls)
@@ -419,7 +351,3 @@ def _diagnostics(recalls: list[Recall], started: float) -> list[tuple[bytes, byt
         (b"x-memorybridge-overhead-ms", f"{overhead:.2f}".encode()),
         (b"x-memorybridge-injected", injected.encode()),
     ]
-
-
-def _dumps(body: dict[str, Any]) -> bytes:
-    return json.dumps(body, ensure_ascii=False).encode()

@@ -125,17 +125,7 @@ class EdgeMiddleware:
             limits: BodyLimits = services.body_limits
             reader = BodyReader(limits, scope, receive)
             try:
-                if path == chat_routes.PATH:
-                    await chat_routes.chat_completions(scope, reader.receive, send_with_id)
-                elif path == responses_routes.PATH:
-                    await responses_routes.responses(scope, reader.receive, send_with_id)
-                elif path.startswith(responses_routes.PREFIX):
-                    await responses_routes.below_responses(scope, reader.receive, send_with_id)
-                elif path == mcp_server.PATH:
-                    # Authenticated above like chat (a service token), the body bounded alike.
-                    await mcp_server.endpoint(scope, reader.receive, send_with_id)
-                else:
-                    await self.app(scope, reader.receive, send_with_id)
+                await self._dispatch(scope, path, reader.receive, send_with_id)
             except BodyRefused as refused:
                 # Raised by the reader wherever the body was being read; the app had no answer.
                 if response_started:
@@ -149,6 +139,20 @@ class EdgeMiddleware:
         finally:
             _account(scope, status, time.perf_counter() - started)
             request_id_var.reset(token)
+
+    async def _dispatch(self, scope: Scope, path: str, receive: Receive, send: Send) -> None:
+        """The proxied paths are served here, past FastAPI (the hot path); the rest by it."""
+        if path == chat_routes.PATH:
+            await chat_routes.chat_completions(scope, receive, send)
+        elif path == responses_routes.PATH:
+            await responses_routes.responses(scope, receive, send)
+        elif path.startswith(responses_routes.PREFIX):
+            await responses_routes.below_responses(scope, receive, send)
+        elif path == mcp_server.PATH:
+            # Authenticated above like chat (a service token), the body bounded alike.
+            await mcp_server.endpoint(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
 
 
 def is_console(path: str) -> bool:

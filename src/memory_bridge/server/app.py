@@ -31,7 +31,7 @@ from memory_bridge.jobs.wiring import create_worker
 from memory_bridge.lifecycle.import_staging import sweep_stale
 from memory_bridge.settings import Settings
 from memory_bridge.sources import summaries
-from memory_bridge.sources.services import open_memory_services
+from memory_bridge.sources.services import MemoryServices, open_memory_services
 from memory_bridge.storage.console_sessions import ConsoleSessions
 from memory_bridge.storage.health import StorageHealth
 from memory_bridge.storage.response_owners import ResponseOwners
@@ -65,11 +65,45 @@ class _EdgeFirst(FastAPI):
         await self._edge(scope, receive, send)
 
 
+def _recorder(settings: Settings, memory: MemoryServices) -> TurnRecorder:
+    # A turn's summary job is due once its session has been idle that long (sources.summaries).
+    delays = {summaries.CONSUMER: settings.summary_idle_seconds}
+    return TurnRecorder(
+        memory.db,
+        settings.max_stored_message_bytes,
+        delays,
+        settings.max_stored_messages_per_turn,
+    )
+
+
+def _chat_handler(
+    settings: Settings,
+    memory: MemoryServices,
+    upstream: Upstream,
+    recorder: TurnRecorder,
+    health: StorageHealth,
+    traces: TraceStore,
+) -> ChatHandler:
+    return ChatHandler(
+        memory.sources,
+        upstream,
+        load_templates(settings),
+        recorder,
+        health,
+        memory.audit,
+        max_upstream_body=settings.max_upstream_body_bytes,
+        max_request_messages=settings.max_request_messages,
+        parse_in_thread_bytes=settings.parse_in_thread_bytes,
+        ranking=Ranking(memory_token_budget=settings.memory_token_budget),
+        traces=traces,
+        claims=ResponseClaims(ResponseOwners(memory.db)),
+    )
+
+
 @asynccontextmanager
 async def running_services(settings: Settings) -> AsyncIterator[Services]:
     """Every long-lived object, built once: the memory services, the upstream session, the
     chat handler and (in `serve`) the in-process job worker; closed in reverse order."""
-    templates = load_templates(settings)
     memory = await open_memory_services(settings)
     # A killed import's staged file holds its plaintext: gone before anything is served.
     stale = sweep_stale(settings.memory_bridge_data_dir / "imports")
@@ -83,32 +117,12 @@ async def running_services(settings: Settings) -> AsyncIterator[Services]:
     )
     upstream = Upstream(llm_session, settings.forwarded_header_names)
     health = StorageHealth()
-    # A turn's summary job is due once its session has been idle that long (sources.summaries).
-    delays = {summaries.CONSUMER: settings.summary_idle_seconds}
-    recorder = TurnRecorder(
-        memory.db,
-        settings.max_stored_message_bytes,
-        delays,
-        settings.max_stored_messages_per_turn,
-    )
+    recorder = _recorder(settings, memory)
     worker = create_worker(memory) if settings.serve_worker else None
     if worker is not None:
         recorder.on_enqueued(worker.wake)
     traces = TraceStore(memory.db, settings.trace_retention_count, settings.trace_retention_seconds)
-    chat = ChatHandler(
-        memory.sources,
-        upstream,
-        templates,
-        recorder,
-        health,
-        memory.audit,
-        max_upstream_body=settings.max_upstream_body_bytes,
-        max_request_messages=settings.max_request_messages,
-        parse_in_thread_bytes=settings.parse_in_thread_bytes,
-        ranking=Ranking(memory_token_budget=settings.memory_token_budget),
-        traces=traces,
-        claims=ResponseClaims(ResponseOwners(memory.db)),
-    )
+    chat = _chat_handler(settings, memory, upstream, recorder, health, traces)
     # The MCP SDK's session manager runs (its task group) for as long as the app does.
     mcp = create_session_manager()
     token_count.load()

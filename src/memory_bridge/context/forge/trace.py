@@ -58,3 +58,17 @@ def build(
         "candidates": [item(o) for o in outcomes],
         "blocks": list(blocks),
     }
+
+
+def injected_per_source(trace: dict[str, Any]) -> dict[str, tuple[int, int]]:
+    """Items and tokens injected per source: the forge's kept candidates, and the blocks
+    placed as they come (history, curated, the Gateway reference)."""
+    per_source: dict[str, tuple[int, int]] = {}
+    for item in trace["candidates"]:
+        if item["kept"]:
+            items, tokens = per_source.get(item["source"], (0, 0))
+            per_source[item["source"]] = (items + 1, tokens + item["tokens"])
+    for block in trace["blocks"]:
+        items, tokens = per_source.get(block["source"], (0, 0))
+        per_source[block["source"]] = (items + block.get("messages", 1), tokens + block["tokens"])
+    return per_source

@@ -22,23 +22,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
 from memory_bridge.core.blocking import BlockingExecutor
 from memory_bridge.core.heap import freeze_long_lived
 from memory_bridge.sources.longterm import instance, logfilter
-from memory_bridge.sources.longterm.config import MODEL_PREFIX, Mem0Spec, end_user, history_path
+from memory_bridge.sources.longterm import pool_work as work
+from memory_bridge.sources.longterm.config import MODEL_PREFIX, Mem0Spec
 from memory_bridge.sources.longterm.events import FactChange
 from memory_bridge.sources.longterm.points import (
     ENTITY_KIND,
     MEMORY_KIND,
     StoredMemory,
-    from_mem0_payload,
-    from_mem0_result,
     to_stored,
 )
 from memory_bridge.vectors.index import VectorEngine, VectorIndex, Where
@@ -49,8 +48,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 # Bounds Mem0's in-memory history (its fact changes and last messages per session scope).
 MAX_WRITES_PER_INSTANCE = 500
-# Mem0's default search threshold (`Memory.search(threshold=0.1)`), on the cosine.
-MIN_SCORE = 0.1
 
 
 @dataclass(eq=False)
@@ -105,19 +102,9 @@ class Mem0Pool:
         request holding the GIL): with no keyword list and no entity store (no spaCy) its
         score is this cosine, cut at the same threshold (docs/decisions.md)."""
         filters = {"user_id": namespace if namespace is not None else "*"}
-
-        def run(memory: Any) -> list[StoredMemory]:
-            vector = memory.embedding_model.embed(query, "search")
-            found = memory.vector_store.search(
-                query=query, vectors=vector, top_k=limit, filters=filters
-            )
-            return [
-                from_mem0_payload(str(hit.id), hit.payload, hit.score)
-                for hit in found
-                if hit.score is not None and hit.score >= MIN_SCORE
-            ]
-
-        return await self._call(spec, run)
+        return await self._call(
+            spec, partial(work.search, query=query, limit=limit, filters=filters)
+        )
 
     async def add(
         self,
@@ -135,15 +122,16 @@ class Mem0Pool:
         `replacing`: an event id whose memories (an earlier attempt's) are deleted first.
         Returns what was deleted, and the changes the add made."""
 
-        def run(memory: Any) -> tuple[list[StoredMemory], list[FactChange]]:
-            removed: list[StoredMemory] = []
-            if replacing is not None:
-                removed = _delete_where(memory, spec, namespace, event_id=replacing)
-            added = memory.add(
-                messages, user_id=namespace, infer=infer, prompt=prompt, metadata=metadata
-            )
-            return removed, [FactChange.of(item) for item in added.get("results", [])]
-
+        run = partial(
+            work.add,
+            spec=spec,
+            namespace=namespace,
+            messages=messages,
+            prompt=prompt,
+            metadata=metadata,
+            replacing=replacing,
+            infer=infer,
+        )
         return await self._call(spec, run, write=True)
 
     async def add_raw(
@@ -152,16 +140,7 @@ class Mem0Pool:
         """Store texts as they are (no LLM: Mem0's `infer=False`), each with custom metadata
         that search results carry back (benchmarks: which turn a memory came from)."""
 
-        def run(memory: Any) -> int:
-            for text, metadata in items:
-                memory.add(
-                    [{"role": "user", "content": text}],
-                    user_id=namespace,
-                    infer=False,
-                    metadata=dict(metadata),
-                )
-            return len(items)
-
+        run = partial(work.add_raw, namespace=namespace, items=items)
         return await self._call(spec, run, write=True)
 
     async def with_memory(
@@ -171,46 +150,26 @@ class Mem0Pool:
         return await self._call(spec, fn, write=write)
 
     async def get(self, spec: Mem0Spec, memory_id: str) -> StoredMemory | None:
-        if not _is_uuid(memory_id):
+        if not work.is_uuid(memory_id):
             return None
-
-        def run(memory: Any) -> StoredMemory | None:
-            found = memory.get(memory_id)
-            return None if not found else from_mem0_result(found)
-
-        return await self._call(spec, run)
+        return await self._call(spec, partial(work.get, memory_id=memory_id))
 
     async def delete(self, spec: Mem0Spec, memory_id: str) -> StoredMemory | None:
         """The memory deleted, or None if there was none with that id."""
-        if not _is_uuid(memory_id):
+        if not work.is_uuid(memory_id):
             return None
-
-        def run(memory: Any) -> StoredMemory | None:
-            found = memory.get(memory_id)
-            if not found:
-                return None
-            memory.delete(memory_id)
-            return from_mem0_result(found)
-
-        return await self._call(spec, run)
+        return await self._call(spec, partial(work.delete, memory_id=memory_id))
 
     async def update(self, spec: Mem0Spec, memory_id: str, text: str) -> StoredMemory | None:
         """An operator's correction of a fact (re-embedded); None if there was no such one."""
-        if not _is_uuid(memory_id):
+        if not work.is_uuid(memory_id):
             return None
-
-        def run(memory: Any) -> StoredMemory | None:
-            if not memory.get(memory_id):
-                return None
-            memory.update(memory_id, text=text)
-            found = memory.get(memory_id)
-            return None if not found else from_mem0_result(found)
-
+        run = partial(work.update, memory_id=memory_id, text=text)
         return await self._call(spec, run, write=True)
 
     async def delete_namespace(self, spec: Mem0Spec, namespace: str) -> list[StoredMemory]:
         try:
-            return await self._call(spec, lambda memory: _delete_where(memory, spec, namespace))
+            return await self._call(spec, lambda memory: work.delete_where(memory, spec, namespace))
         finally:
             self.invalidate(spec.token_id)  # its history held the namespace's texts
 
@@ -230,7 +189,7 @@ class Mem0Pool:
         tags = tuple(event_ids)
         try:
             return await self._call(
-                spec, lambda memory: _delete_where(memory, spec, namespace, tags), write=True
+                spec, lambda memory: work.delete_where(memory, spec, namespace, tags), write=True
             )
         finally:
             self.invalidate(spec.token_id)
@@ -241,7 +200,7 @@ class Mem0Pool:
 
         def run() -> list[StoredMemory]:
             index = self._index(spec)
-            items = [to_stored(spec.token_id, p) for p in index.scroll(_where(spec, namespace))]
+            items = [to_stored(spec.token_id, p) for p in index.scroll(work.where(spec, namespace))]
             items.sort(key=lambda m: (m.created_at or "", m.id), reverse=True)
             return items
 
@@ -260,7 +219,7 @@ class Mem0Pool:
                     points = index.scroll(Where(kind=MEMORY_KIND))
                     gone.extend(to_stored(spec.token_id, p) for p in points)
                     index.delete_where(Where(kind=(MEMORY_KIND, ENTITY_KIND)))
-            _remove_history(self._mem0_dir, spec.token_id)
+            work.remove_history(self._mem0_dir, spec.token_id)
             return gone
 
         return await self._run(spec.secrets, run)
@@ -273,7 +232,7 @@ class Mem0Pool:
 
         def run() -> int:
             dropped = self.engine.drop_token(token_id)
-            _remove_history(self._mem0_dir, token_id)
+            work.remove_history(self._mem0_dir, token_id)
             return dropped
 
         dropped = await self._run((), run)
@@ -432,42 +391,5 @@ class Mem0Pool:
             return await self._executor.run(fn, on_finish)
 
 
-def _where(
-    spec: Mem0Spec, namespace: str | None, event_id: str | tuple[str, ...] | None = None
-) -> Where:
-    if namespace is None:
-        return Where(kind=MEMORY_KIND, event_id=event_id)
-    user = end_user(spec.token_id, namespace)
-    return Where(kind=MEMORY_KIND, user=() if user is None else user, event_id=event_id)
-
-
-def _delete_where(
-    memory: Any, spec: Mem0Spec, namespace: str, event_id: str | tuple[str, ...] | None = None
-) -> list[StoredMemory]:
-    """Delete through Mem0 (its history records each deletion) every memory of a namespace,
-    or of one event's turn in it; the memories deleted."""
-    store = memory.vector_store
-    points = list(store.index.scroll(_where(spec, namespace, event_id)))
-    gone = []
-    for point in points:
-        memory.delete(point.id)
-        gone.append(to_stored(spec.token_id, point))
-    return gone
-
-
-def _remove_history(mem0_dir: Path, token_id: int) -> None:
-    history = history_path(mem0_dir, token_id)
-    for path in history.parent.glob(history.name + "*"):
-        path.unlink(missing_ok=True)
-
-
 def _failed_or_pending(ready: asyncio.Future[Any]) -> bool:
     return not ready.done() or ready.cancelled() or ready.exception() is not None
-
-
-def _is_uuid(value: str) -> bool:
-    try:
-        uuid.UUID(value)
-    except ValueError:
-        return False
-    return True
