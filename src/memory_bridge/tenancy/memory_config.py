@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -59,6 +59,7 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+G = TypeVar("G", bound="GatewayOptions")
 
 # Every layer's state, in admin details, on a token whose memory is off.
 PASSTHROUGH_STATUS = "off (memory.mode 'off': passthrough)"
@@ -93,14 +94,16 @@ _MEMORY_KEYS = {
 _CREDENTIALS = ("base_url", "user_id", "user_key")
 
 
-class GatewayConfig(BaseModel):
-    """Where and as whom the Memory Gateway is reached. Complete and valid by construction."""
+class GatewayOptions(BaseModel):
+    """A `gateway` block as given, its credentials possibly missing (an implicit hybrid token
+    runs on curated memory alone then): every field that is there is checked all the same,
+    so a typo does not hide until the credentials arrive."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    base_url: _NonEmpty
-    user_id: _NonEmpty
-    user_key: SecretStr = Field(repr=False)
+    base_url: _NonEmpty | None = None
+    user_id: _NonEmpty | None = None
+    user_key: SecretStr | None = Field(default=None, repr=False)
     app_id: _NonEmpty = "default"
     project_id: _NonEmpty = "default"
     # The operator's statement that the token serves one end user: only then may a search
@@ -174,6 +177,14 @@ class GatewayConfig(BaseModel):
         if not math.isfinite(value) or value <= 0:
             raise ValueError("must be greater than 0")
         return float(value)
+
+
+class GatewayConfig(GatewayOptions):
+    """Where and as whom the Memory Gateway is reached. Complete and valid by construction."""
+
+    base_url: _NonEmpty
+    user_id: _NonEmpty
+    user_key: SecretStr = Field(repr=False)
 
 
 class MemoryConfig(BaseModel):
@@ -280,9 +291,7 @@ def parse_memory_config(raw: object) -> MemoryConfig:
             # The rest of the block is still validated so a typo does not hide until later.
             gw.pop(name, None)
     if not all(name in gw for name in _CREDENTIALS):
-        # Validate what was given; stand-ins fill the missing credentials and are discarded.
-        stand_ins = {"base_url": "http://unset", "user_id": "unset", "user_key": "unset"}
-        _validate_gateway({**stand_ins, **gw}, field)
+        _validate_gateway(gw, field, GatewayOptions)  # what was given, checked all the same
         return MemoryConfig(
             explicit=False,
             gateway_incomplete=True,
@@ -292,7 +301,7 @@ def parse_memory_config(raw: object) -> MemoryConfig:
         )
     return MemoryConfig(
         explicit=explicit,
-        gateway=_validate_gateway(gw, field),
+        gateway=_validate_gateway(gw, field, GatewayConfig),
         placement=placement,
         forge=forge,
         longterm=longterm,
@@ -319,9 +328,9 @@ def _normalize(
     return values, spelled
 
 
-def _validate_gateway(values: dict[str, Any], field: Callable[[str], str]) -> GatewayConfig:
+def _validate_gateway(values: dict[str, Any], field: Callable[[str], str], model: type[G]) -> G:
     try:
-        return GatewayConfig.model_validate(values)
+        return model.model_validate(values)
     except ValidationError as exc:
         # Only the location and pydantic's fixed message are used: never the submitted input.
         err = exc.errors(include_url=False, include_input=False, include_context=False)[0]
