@@ -4,7 +4,7 @@ shutdown — every instance's vectors in the process's one vector engine."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ from memory_bridge.sources.longterm.points import MEMORY_KIND, from_mem0_result
 from memory_bridge.sources.longterm.pool import Mem0Pool
 from memory_bridge.tenancy.config import validate_config
 from memory_bridge.vectors.edge import EdgeEngine
-from memory_bridge.vectors.index import VectorEngine, Where
+from memory_bridge.vectors.index import StoredPoint, VectorEngine, Where
 from memory_bridge.vectors.server import ServerEngine
 from tests.fakes.upstream import FakeUpstream
 from tests.support.longterm_support import (
@@ -315,3 +315,38 @@ async def test_an_instance_is_replaced_after_its_write_budget_and_after_a_namesp
     assert pool.current(1) is not second and pool.built == 3
     await pool.close_all(5)
     engine.close()
+
+
+async def test_a_page_of_memories_reads_that_page_not_the_whole_namespace(
+    tmp_path: Path,
+    upstream_server: tuple[FakeUpstream, str],
+    vectors: VectorEngine,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The console lists a user's facts a page at a time: a user of 100,000 facts costs a
+    page, so reading one must not walk the others."""
+    pool, spec = _direct_pool(tmp_path, upstream_server[1], vectors)
+    ns = mem0_config.namespace(1, "ada")
+    await pool.add_raw(spec, ns, [(f"Ada fact number {n}", {}) for n in range(7)])
+    pages = [await pool.page_memories(spec, ns, offset, 3) for offset in (0, 3, 6)]
+    assert [len(found) for found, _ in pages] == [3, 3, 1]
+    assert {total for _, total in pages} == {7}
+    texts = [m.text for found, _ in pages for m in found]
+    assert sorted(texts) == sorted(f"Ada fact number {n}" for n in range(7))
+
+    read: list[str] = []
+    index = pool._index(spec)
+
+    class Counting:
+        def scroll(self, where: object = None, **kwargs: object) -> Iterator[StoredPoint]:
+            for point in index.scroll(where, **kwargs):  # type: ignore[arg-type]
+                read.append(point.id)
+                yield point
+
+        def count(self, where: object = None) -> int:
+            return index.count(where)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pool, "_index", lambda _spec: Counting())
+    found, total = await pool.page_memories(spec, ns, 0, 2)
+    assert len(found) == 2 and total == 7 and len(read) == 2
+    await pool.close_all(5)

@@ -79,9 +79,9 @@ async def memories(
                 found = await longterm.search(token, config, q, user, PAGE)
                 facts, total = [_fact(token, m) for m in found], len(found)
             else:
-                found = await longterm.list_memories(token, config, user)
-                total = len(found)
-                facts = [_fact(token, m) for m in found[offset : offset + PAGE]]
+                # One page read, not the whole list: a user may hold 100,000 facts.
+                found, total = await longterm.page_memories(token, config, user, offset, PAGE)
+                facts = [_fact(token, m) for m in found]
         except ProxyError as exc:
             error = exc.message
         except Exception as exc:

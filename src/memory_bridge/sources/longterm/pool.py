@@ -198,12 +198,17 @@ class Mem0Pool:
         """Every memory of the token's current embedding space (or of one namespace), newest
         first. Read from the engine: Mem0's own listing needs a namespace and caps its size."""
 
-        def run() -> list[StoredMemory]:
-            index = self._index(spec)
-            items = [to_stored(spec.token_id, p) for p in index.scroll(work.where(spec, namespace))]
-            items.sort(key=lambda m: (m.created_at or "", m.id), reverse=True)
-            return items
+        run = partial(work.listing, self._index(spec), spec, namespace)
+        return await self._run(spec.secrets, run)
 
+    async def page_memories(
+        self, spec: Mem0Spec, namespace: str | None, offset: int, limit: int
+    ) -> tuple[list[StoredMemory], int]:
+        """One page of the memories (in storage order) and how many there are: a page costs
+        its offset and size, not the whole list (the console pages a user of any size)."""
+
+        index = self._index(spec)
+        run = partial(work.page, index, spec, namespace, offset, limit)
         return await self._run(spec.secrets, run)
 
     async def clear(self, spec: Mem0Spec) -> list[StoredMemory]:

@@ -4,6 +4,7 @@ instance (Mem0's `Memory`, untyped) and returns our types."""
 from __future__ import annotations
 
 import uuid
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from memory_bridge.sources.longterm.points import (
     from_mem0_result,
     to_stored,
 )
-from memory_bridge.vectors.index import Where
+from memory_bridge.vectors.index import VectorIndex, Where
 
 # Mem0's default search threshold (`Memory.search(threshold=0.1)`), on the cosine.
 MIN_SCORE = 0.1
@@ -111,3 +112,22 @@ def is_uuid(value: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def listing(index: VectorIndex, spec: Mem0Spec, namespace: str | None) -> list[StoredMemory]:
+    """Every memory (of one namespace, or all), newest first."""
+    items = [to_stored(spec.token_id, p) for p in index.scroll(where(spec, namespace))]
+    items.sort(key=lambda m: (m.created_at or "", m.id), reverse=True)
+    return items
+
+
+def page(
+    index: VectorIndex, spec: Mem0Spec, namespace: str | None, offset: int, limit: int
+) -> tuple[list[StoredMemory], int]:
+    """One page of the memories, in storage order, and how many there are: reading it costs
+    its offset and size, not the whole namespace."""
+    matching = where(spec, namespace)
+    points = index.scroll(matching, batch=max(1, min(256, offset + limit)))
+    return [
+        to_stored(spec.token_id, p) for p in islice(points, offset, offset + limit)
+    ], index.count(matching)

@@ -170,6 +170,15 @@ class LongTermMemory:
         async with asyncio.timeout(self._search_timeout):
             return await self.pool.list_memories(spec, ns)
 
+    async def page_memories(
+        self, token_id: int, config: TokenConfig, user: str | None, offset: int, limit: int
+    ) -> tuple[list[StoredMemory], int]:
+        """One page of the facts (storage order) and their count."""
+        spec = await self._spec(token_id, config)
+        ns = None if user is None else mem0_config.namespace(token_id, user)
+        async with asyncio.timeout(self._search_timeout):
+            return await self.pool.page_memories(spec, ns, offset, limit)
+
     async def search(
         self, token_id: int, config: TokenConfig, query: str, user: str | None, limit: int
     ) -> list[StoredMemory]:
