@@ -128,6 +128,5 @@ def page(
     its offset and size, not the whole namespace."""
     matching = where(spec, namespace)
     points = index.scroll(matching, batch=max(1, min(256, offset + limit)))
-    return [
-        to_stored(spec.token_id, p) for p in islice(points, offset, offset + limit)
-    ], index.count(matching)
+    items = [to_stored(spec.token_id, p) for p in islice(points, offset, offset + limit)]
+    return items, index.count(matching)
