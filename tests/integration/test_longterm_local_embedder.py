@@ -83,12 +83,18 @@ def test_paraphrased_question_finds_the_right_memory(
     assert mine.embedding_model._loaded is theirs.embedding_model._loaded
 
 
-def test_wrong_dimension_for_the_local_model_is_a_502_not_a_crash(
+def test_wrong_dimension_for_the_local_model_is_a_422_and_saved_unchecked_a_502(
     running: Running, upstream: FakeUpstream
 ) -> None:
     proxy = running.proxy
     fields = {**_local_fields(proxy.upstream_url), "embed_dims": 512}
-    _, token = proxy.create_token(**fields)
+    body = {"name": "test", "llm_base_url": proxy.upstream_url, **fields}
+    refused = proxy.admin("POST", "/tokens", json=body)
+    assert refused.status_code == 422 and "384" in refused.json()["error"]["message"]
+    # Saved unchecked, the wrong size still never crashes a request: a clear 502.
+    saved = proxy.admin("POST", "/tokens?validate=false", json=body)
+    assert saved.status_code == 201, saved.text
+    token = saved.json()["token"]
     reply = chat(proxy, token, "hello")
     assert reply.status_code == 502
     assert reply.json()["error"]["type"] == "memory_retrieval_failed"
