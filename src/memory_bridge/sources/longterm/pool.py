@@ -198,7 +198,10 @@ class Mem0Pool:
         """Every memory of the token's current embedding space (or of one namespace), newest
         first. Read from the engine: Mem0's own listing needs a namespace and caps its size."""
 
-        run = partial(work.listing, self._index(spec), spec, namespace)
+        # The index is opened in the thread too: opening a shard blocks.
+        def run() -> list[StoredMemory]:
+            return work.listing(self._index(spec), spec, namespace)
+
         return await self._run(spec.secrets, run)
 
     async def page_memories(
@@ -207,8 +210,9 @@ class Mem0Pool:
         """One page of the memories (in storage order) and how many there are: a page costs
         its offset and size, not the whole list (the console pages a user of any size)."""
 
-        index = self._index(spec)
-        run = partial(work.page, index, spec, namespace, offset, limit)
+        def run() -> tuple[list[StoredMemory], int]:
+            return work.page(self._index(spec), spec, namespace, offset, limit)
+
         return await self._run(spec.secrets, run)
 
     async def clear(self, spec: Mem0Spec) -> list[StoredMemory]:
