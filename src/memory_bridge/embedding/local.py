@@ -1,6 +1,6 @@
 """The local embedder: sentence-transformers, offline, one model object per process.
 
-Shared by the episodic index (`sources.embedder`) and long-term memory. Mem0's own
+Shared by the episodic index (`embedding.embedders`) and long-term memory. Mem0's own
 `huggingface` embedder loads a fresh `SentenceTransformer` for every Mem0 instance (a model's
 memory per instance: docs/performance.md#figures-behind-code-choices), and cannot be handed
 an existing one. So each Mem0 instance is given a `LocalEmbedding` as its public
@@ -24,7 +24,7 @@ Runtime by waiting on the pass under way) instead of spending another forward pa
 batch (a turn's indexing job) takes the vectors it finds there too.
 
 Where `onnxruntime` is installed (the `local` extra) and the model is a plain transformer with
-mean pooling, the forward pass runs on ONNX Runtime instead (`sources.onnx_encoder`: the same
+mean pooling, the forward pass runs on ONNX Runtime instead (`embedding.onnx_encoder`: the same
 vectors, checked at load, faster); then nothing but tokenising is serialised, so a query
 does not wait behind another caller's batch. `LOCAL_EMBEDDER_RUNTIME=torch` keeps torch.
 
