@@ -123,6 +123,7 @@ def test_added_memory_is_injected_then_deleted_everywhere(
     assert TEA in str(wait_until(written, what="the trace"))
     listed = ok(call(proxy, token, "list_memories", {"user": "ada"}))
     assert [(m["id"], m["text"]) for m in listed["items"]] == [(memory_id, TEA)]
+    assert listed["items"][0]["created_at"].endswith("+00:00")  # with its time zone, as admin
     assert listed["next_cursor"] is None
 
     # Another end user of the token, and another token, see none of it and cannot delete it.

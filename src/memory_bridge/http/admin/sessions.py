@@ -110,10 +110,6 @@ async def _known(request: Request, token_id: int) -> None:
         raise ProxyError(404, "not_found_error", f"No token with id {token_id}.")
 
 
-def _iso(value: Any) -> str | None:
-    return iso_utc(value)
-
-
 @router.get("/users", response_model=UserList, responses=error_responses(404))
 async def list_users(
     request: Request, token_id: TokenId, limit: Limit = 100, offset: Offset = 0
@@ -126,7 +122,7 @@ async def list_users(
                 "user": u.user,
                 "sessions": u.sessions,
                 "messages": u.messages,
-                "last_activity": _iso(u.last_activity),
+                "last_activity": iso_utc(u.last_activity),
             }
             for u in found[:limit]
         ],
@@ -150,8 +146,8 @@ async def list_sessions(
                 "user": s.user,
                 "session": s.session,
                 "messages": s.messages,
-                "first_activity": _iso(s.first_activity),
-                "last_activity": _iso(s.last_activity),
+                "first_activity": iso_utc(s.first_activity),
+                "last_activity": iso_utc(s.last_activity),
             }
             for s in found[:limit]
         ],
@@ -174,7 +170,7 @@ async def session_history(
     page = rows[:limit]
     return {
         "data": [
-            {"id": r.id, "role": r.role, "message": r.message, "created_at": _iso(r.created_at)}
+            {"id": r.id, "role": r.role, "message": r.message, "created_at": iso_utc(r.created_at)}
             for r in page
         ],
         "next_after": page[-1].id if len(rows) > limit else None,

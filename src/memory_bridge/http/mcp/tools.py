@@ -11,6 +11,7 @@ from typing import Any
 from memory_bridge.context.forge.pipeline import Forged
 from memory_bridge.context.template import block_order
 from memory_bridge.core.messages import Message
+from memory_bridge.core.timestamps import iso_utc
 from memory_bridge.core.turn import Scope, Turn
 from memory_bridge.http.mcp.schemas import AddArgs, DeleteArgs, ListArgs, ProfileArgs, SearchArgs
 from memory_bridge.http.services import Services
@@ -54,7 +55,8 @@ def _date(epoch: float | None) -> str | None:
 
 
 def _iso(value: datetime | str | None) -> str | None:
-    return value.isoformat() if isinstance(value, datetime) else value
+    # SQLite hands times back without their zone: the admin API's rule, +00:00 stated.
+    return iso_utc(value) if isinstance(value, datetime) else value
 
 
 async def search_memory(caller: Caller, args: SearchArgs) -> dict[str, Any]:
