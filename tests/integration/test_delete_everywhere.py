@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from pathlib import Path
 
 import httpx
 
 from tests.fakes.upstream import FakeUpstream, Scenario
 from tests.support.longterm_support import memories, memory_fields, wait_until
 from tests.support.proxy import Proxy
+from tests.support.settled import files_holding, jobs_settled
 
 MARKER = "Zyqvorth7731"  # said in the session that is deleted
 KEPT = "Plimsoll4408"  # said in another session of the same user: stays
@@ -31,20 +31,6 @@ def _say(proxy: Proxy, token: str, text: str, user: str, session: str) -> None:
 def _forwarded(upstream: FakeUpstream) -> str:
     """Everything the proxy sent upstream for the last chat request."""
     return json.dumps(upstream.proxied_requests[-1].json, ensure_ascii=False)
-
-
-def _settled(proxy: Proxy, token_id: int) -> bool:
-    consumers = proxy.admin("GET", f"/tokens/{token_id}/jobs").json()["consumers"]
-    return bool(consumers) and all(set(c) == {"done"} for c in consumers.values())
-
-
-def _files_holding(root: Path, marker: str) -> list[str]:
-    needle = marker.encode()
-    return sorted(
-        str(p.relative_to(root))
-        for p in root.rglob("*")
-        if p.is_file() and needle in p.read_bytes()
-    )
 
 
 def _rows_holding(proxy: Proxy, marker: str) -> dict[str, int]:
@@ -82,12 +68,12 @@ def test_a_deleted_session_is_never_injected_again(proxy: Proxy, upstream: FakeU
     )
     _say(proxy, token, f"My locker code is {MARKER}", "alice", "monday")
     _say(proxy, token, f"My bike lock code is {KEPT}", "alice", "tuesday")
-    wait_until(lambda: _settled(proxy, token_id), what="the jobs")
+    wait_until(lambda: jobs_settled(proxy, token_id), what="the jobs")
     # Before the delete: episodic recall and the long-term fact carry it (and a trace quotes it).
     _say(proxy, token, "What is my locker code?", "alice", "wednesday")
     assert MARKER in _forwarded(upstream)
     assert any(MARKER in m["memory"] for m in memories(proxy, token_id, "alice"))
-    wait_until(lambda: _settled(proxy, token_id), what="the jobs")
+    wait_until(lambda: jobs_settled(proxy, token_id), what="the jobs")
     # A request of the session the upstream failed: never stored, but traced.
     upstream.enqueue(Scenario(status=500))
     failed = httpx.post(
@@ -115,15 +101,15 @@ def test_a_deleted_session_is_never_injected_again(proxy: Proxy, upstream: FakeU
     assert KEPT in _forwarded(upstream)  # the other session stays
     texts = [m["memory"] for m in memories(proxy, token_id, "alice")]
     assert not any(MARKER in t for t in texts) and any(KEPT in t for t in texts)
-    wait_until(lambda: _settled(proxy, token_id), what="the jobs")
+    wait_until(lambda: jobs_settled(proxy, token_id), what="the jobs")
 
     # Nowhere: not in the log, a trace, a vector shard or any file under the data directory.
     assert not any(_rows_holding(proxy, MARKER).values())
     # Of monday's traces only the one of the request asked after the delete is left.
     wait_until(lambda: _traces_of(proxy, "monday") == 1, what="monday's traces")
     data_dir = proxy.settings.memory_bridge_data_dir
-    assert _files_holding(data_dir, KEPT)  # the scan finds what is there
-    assert _files_holding(data_dir, MARKER) == []
+    assert files_holding(data_dir, KEPT)  # the scan finds what is there
+    assert files_holding(data_dir, MARKER) == []
     # The tombstone is content-free, and a second delete finds nothing.
     again = proxy.admin("DELETE", path, params={"session": "monday", "user": "bob"})
     assert again.status_code == 404
@@ -137,7 +123,7 @@ def test_a_deleted_fact_and_document_are_gone_from_log_and_traces(
         **memory_fields(proxy.upstream_url, embed_body={"model": "bow-words"})
     )
     _say(proxy, token, f"My locker code is {MARKER}", "alice", "monday")
-    wait_until(lambda: _settled(proxy, token_id), what="the jobs")
+    wait_until(lambda: jobs_settled(proxy, token_id), what="the jobs")
     _say(proxy, token, "What is my locker code?", "alice", "tuesday")  # a trace recalls it
     assert MARKER in _forwarded(upstream)
     (fact,) = [m for m in memories(proxy, token_id, "alice") if MARKER in m["memory"]]
@@ -147,7 +133,7 @@ def test_a_deleted_fact_and_document_are_gone_from_log_and_traces(
     forwarded = _forwarded(upstream)
     # The history of monday is its own session's: only recall could bring it here.
     assert MARKER not in forwarded
-    wait_until(lambda: _settled(proxy, token_id), what="the jobs")
+    wait_until(lambda: jobs_settled(proxy, token_id), what="the jobs")
     held = _rows_holding(proxy, MARKER)
     assert held["memory_events"] == 1  # monday's turn itself (its session was not deleted)
     assert held["context_traces"] == 0
@@ -162,7 +148,7 @@ def test_a_deleted_fact_and_document_are_gone_from_log_and_traces(
     assert KEPT not in _forwarded(upstream)
     assert not any(_rows_holding(proxy, KEPT).values())
     data_dir = proxy.settings.memory_bridge_data_dir
-    assert _files_holding(data_dir, KEPT) == []
+    assert files_holding(data_dir, KEPT) == []
 
 
 def test_a_deleted_sessions_unstored_requests_lose_their_traces(
@@ -175,7 +161,7 @@ def test_a_deleted_sessions_unstored_requests_lose_their_traces(
         **memory_fields(proxy.upstream_url, embed_body={"model": "bow-words"})
     )
     _say(proxy, token, f"My locker code is {MARKER}", "alice", "monday")
-    wait_until(lambda: _settled(proxy, token_id), what="the jobs")
+    wait_until(lambda: jobs_settled(proxy, token_id), what="the jobs")
     upstream.enqueue(Scenario(status=500))
     failed = httpx.post(
         f"{proxy.url}/v1/chat/completions",

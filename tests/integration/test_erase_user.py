@@ -19,6 +19,7 @@ from tests.support.longterm_support import (
     wait_until,
 )
 from tests.support.proxy import Proxy
+from tests.support.settled import files_holding, jobs_settled
 
 MARKER = "Zyqvorth7731"  # alice's secret on the erased token
 KEPT = "Plimsoll4408"  # alice's secret on another token: stays
@@ -30,20 +31,6 @@ def _say(proxy: Proxy, token: str, text: str, user: str, session: str) -> None:
         messages=[{"role": "user", "content": text}],
         user=user,
         extra_headers={"X-Session-Id": session},
-    )
-
-
-def _settled(proxy: Proxy, token_id: int) -> bool:
-    consumers = proxy.admin("GET", f"/tokens/{token_id}/jobs").json()["consumers"]
-    return bool(consumers) and all(set(c) == {"done"} for c in consumers.values())
-
-
-def _files_holding(root: Path, marker: str) -> list[str]:
-    needle = marker.encode()
-    return sorted(
-        str(p.relative_to(root))
-        for p in root.rglob("*")
-        if p.is_file() and needle in p.read_bytes()
     )
 
 
@@ -66,10 +53,12 @@ def test_erasing_alice_leaves_no_trace_of_her_words(
         "PUT", f"/tokens/{token_id}/curated/user", params={"user": "alice"}, content=doc
     )
     assert put.status_code == 204
-    wait_until(lambda: _settled(proxy, token_id) and _settled(proxy, other_id), what="the jobs")
+    wait_until(
+        lambda: jobs_settled(proxy, token_id) and jobs_settled(proxy, other_id), what="the jobs"
+    )
     _say(proxy, token, "What is my locker code?", "alice", "wednesday")  # a trace recalling it
     assert MARKER in forwarded_recall(upstream)
-    wait_until(lambda: _settled(proxy, token_id), what="the last turn's jobs")
+    wait_until(lambda: jobs_settled(proxy, token_id), what="the last turn's jobs")
 
     erased = proxy.admin("DELETE", f"/tokens/{token_id}/users/alice")
     assert erased.status_code == 200, erased.text
@@ -103,17 +92,19 @@ def test_erasing_alice_leaves_no_trace_of_her_words(
     assert any(KEPT in m["memory"] for m in memories(proxy, other_id, "alice"))
     _say(proxy, other, "What is my locker code?", "alice", "friday")
     assert KEPT in forwarded_recall(upstream)
-    wait_until(lambda: _settled(proxy, token_id) and _settled(proxy, other_id), what="the jobs")
+    wait_until(
+        lambda: jobs_settled(proxy, token_id) and jobs_settled(proxy, other_id), what="the jobs"
+    )
 
     # The files: the database and its WAL, every vector shard; and every log line.
     database = _sqlite_path(proxy)
     data_dir = proxy.settings.memory_bridge_data_dir
-    assert _files_holding(database.parent, KEPT)  # the scan finds what is there
-    assert [p for p in _files_holding(database.parent, MARKER) if p.startswith(database.name)] == []
-    assert _files_holding(data_dir / "vectors", MARKER) == []
+    assert files_holding(database.parent, KEPT)  # the scan finds what is there
+    assert [p for p in files_holding(database.parent, MARKER) if p.startswith(database.name)] == []
+    assert files_holding(data_dir / "vectors", MARKER) == []
     # Nowhere else under the data directory either (Mem0's history is kept in memory).
-    assert _files_holding(data_dir, MARKER) == []
-    assert _files_holding(data_dir / "vectors", KEPT)
+    assert files_holding(data_dir, MARKER) == []
+    assert files_holding(data_dir / "vectors", KEPT)
     assert not [r for r in logs.records if MARKER in r.getMessage()]
 
     # A replay of the whole log does not bring her history back.

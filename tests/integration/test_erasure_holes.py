@@ -24,6 +24,7 @@ from tests.support.databases import fresh_postgres_url, needs_postgres
 from tests.support.longterm_support import memory_fields, wait_until
 from tests.support.loopback import LoopbackServer
 from tests.support.proxy import Proxy, start_proxy
+from tests.support.settled import files_holding, jobs_settled
 
 MARKER = "Zyqvorth7731"
 KEPT = "Plimsoll4408"
@@ -37,20 +38,6 @@ def _say(proxy: Proxy, token: str, text: str, user: str | None, session: str = "
         messages=[{"role": "user", "content": text}],
         extra_headers={"X-Session-Id": session},
         **extra,
-    )
-
-
-def _settled(proxy: Proxy, token_id: int) -> bool:
-    consumers = proxy.admin("GET", f"/tokens/{token_id}/jobs").json()["consumers"]
-    return bool(consumers) and all(set(c) == {"done"} for c in consumers.values())
-
-
-def _files_holding(root: Path, marker: str) -> list[str]:
-    needle = marker.encode()
-    return sorted(
-        str(p.relative_to(root))
-        for p in root.rglob("*")
-        if p.is_file() and needle in p.read_bytes()
     )
 
 
@@ -71,7 +58,7 @@ def test_the_token_wide_user_is_erased_with_a_receipt(proxy: Proxy, upstream: Fa
     )
     _say(proxy, token, f"My locker code is {MARKER}", None)
     _say(proxy, token, f"My bike code is {KEPT}", "bob")
-    wait_until(lambda: _settled(proxy, token_id), what="the jobs")
+    wait_until(lambda: jobs_settled(proxy, token_id), what="the jobs")
     assert proxy.admin("DELETE", f"/tokens/{token_id}/users").status_code == 422  # user needed
     erased = proxy.admin("DELETE", f"/tokens/{token_id}/users", params={"user": ""})
     assert erased.status_code == 200, erased.text
@@ -82,8 +69,8 @@ def test_the_token_wide_user_is_erased_with_a_receipt(proxy: Proxy, upstream: Fa
     assert receipt["generations_compacted"]  # the episodic and the long-term shard
     _check_receipt(proxy, token_id, receipt)
     data_dir = proxy.settings.memory_bridge_data_dir
-    assert _files_holding(data_dir, KEPT)  # bob's stays, and the scan finds it
-    assert _files_holding(data_dir, MARKER) == []
+    assert files_holding(data_dir, KEPT)  # bob's stays, and the scan finds it
+    assert files_holding(data_dir, MARKER) == []
     users = proxy.admin("GET", f"/tokens/{token_id}/users").json()["data"]
     assert [u["user"] for u in users] == ["bob"]
 
@@ -96,7 +83,7 @@ def test_a_trace_of_a_request_never_stored_goes_with_its_end_user(
         **memory_fields(proxy.upstream_url, embed_body={"model": "bow-words"})
     )
     _say(proxy, token, f"My locker code is {MARKER}", "alice")
-    wait_until(lambda: _settled(proxy, token_id), what="the jobs")
+    wait_until(lambda: jobs_settled(proxy, token_id), what="the jobs")
     upstream.enqueue(Scenario(status=500))
     failed = httpx.post(
         f"{proxy.url}/v1/chat/completions",
@@ -112,7 +99,7 @@ def test_a_trace_of_a_request_never_stored_goes_with_its_end_user(
     assert erased.status_code == 200, erased.text
     assert erased.json()["counts"]["traces"] >= 1
     assert not any(MARKER in body for body in _trace_bodies(proxy))
-    assert _files_holding(proxy.settings.memory_bridge_data_dir, MARKER) == []
+    assert files_holding(proxy.settings.memory_bridge_data_dir, MARKER) == []
 
 
 def _trace_bodies(proxy: Proxy) -> list[str]:
@@ -132,7 +119,7 @@ def test_an_erasure_during_a_rebuild_leaves_nothing_in_the_new_shard(
     for n in range(3):
         _say(proxy, token, f"Note {n}: my locker code is {MARKER}", "alice", f"s{n}")
     _say(proxy, token, f"My bike code is {KEPT}", "bob")
-    wait_until(lambda: _settled(proxy, token_id), what="the jobs")
+    wait_until(lambda: jobs_settled(proxy, token_id), what="the jobs")
     # The rebuild stops while it embeds one of alice's turns (it read their page already)...
     upstream.hold_embeddings(lambda body: MARKER in json.dumps(body))
     seen = len(upstream.embedding_requests)
@@ -154,10 +141,10 @@ def test_an_erasure_during_a_rebuild_leaves_nothing_in_the_new_shard(
         return bool(state["state"] == "idle")
 
     wait_until(idle, what="the rebuild's switch")
-    wait_until(lambda: _settled(proxy, token_id), what="the jobs")
+    wait_until(lambda: jobs_settled(proxy, token_id), what="the jobs")
     data_dir = proxy.settings.memory_bridge_data_dir
-    assert _files_holding(data_dir / "vectors", KEPT)
-    assert _files_holding(data_dir, MARKER) == []
+    assert files_holding(data_dir / "vectors", KEPT)
+    assert files_holding(data_dir, MARKER) == []
 
 
 def test_a_killed_imports_staged_file_is_deleted_by_erasure_and_at_start_up(
@@ -181,7 +168,7 @@ def test_a_killed_imports_staged_file_is_deleted_by_erasure_and_at_start_up(
         assert not left.exists() and live.exists()
     finally:
         os.close(fd)
-    assert _files_holding(proxy.settings.memory_bridge_data_dir, MARKER) == []
+    assert files_holding(proxy.settings.memory_bridge_data_dir, MARKER) == []
 
     # At start-up, whatever was left is gone before anything is served.
     from memory_bridge.server.app import create_app
@@ -200,13 +187,13 @@ def test_a_token_deleted_without_purge_can_be_purged_afterwards(
     _, other = proxy.create_token(name="other")
     _say(proxy, token, f"My locker code is {MARKER}", "alice")
     _say(proxy, other, f"My bike code is {KEPT}", "alice")
-    wait_until(lambda: _settled(proxy, token_id), what="the jobs")
+    wait_until(lambda: jobs_settled(proxy, token_id), what="the jobs")
     assert proxy.admin("DELETE", f"/tokens/{token_id}").status_code == 204
     data_dir = proxy.settings.memory_bridge_data_dir
-    assert _files_holding(data_dir, MARKER)  # a plain delete keeps the data...
+    assert files_holding(data_dir, MARKER)  # a plain delete keeps the data...
     assert proxy.admin("DELETE", f"/tokens/{token_id}?purge=true").status_code == 204
-    assert _files_holding(data_dir, MARKER) == []  # ...a purge afterwards takes it all
-    assert _files_holding(data_dir, KEPT)
+    assert files_holding(data_dir, MARKER) == []  # ...a purge afterwards takes it all
+    assert files_holding(data_dir, KEPT)
     assert proxy.admin("DELETE", f"/tokens/{token_id}?purge=true").status_code == 404
     assert proxy.admin("DELETE", f"/tokens/{token_id + 99}?purge=true").status_code == 404
 
@@ -226,7 +213,7 @@ def test_on_postgresql_the_table_files_keep_nothing_of_the_erased(
             )
             _say(proxy, token, f"My locker code is {MARKER}", "alice")
             _say(proxy, token, f"My bike code is {KEPT}", "bob")
-            wait_until(lambda: _settled(proxy, token_id), what="the jobs")
+            wait_until(lambda: jobs_settled(proxy, token_id), what="the jobs")
             erased = proxy.admin("DELETE", f"/tokens/{token_id}/users/alice")
             assert erased.status_code == 200, erased.text
             receipt = erased.json()
@@ -235,9 +222,9 @@ def test_on_postgresql_the_table_files_keep_nothing_of_the_erased(
         finally:
             server.stop()
         files = _database_files(url)
-        assert _files_holding(files, KEPT)  # the scan finds what is there
-        assert _files_holding(files, MARKER) == []
-        assert _files_holding(proxy.settings.memory_bridge_data_dir, MARKER) == []
+        assert files_holding(files, KEPT)  # the scan finds what is there
+        assert files_holding(files, MARKER) == []
+        assert files_holding(proxy.settings.memory_bridge_data_dir, MARKER) == []
 
 
 def _database_files(url: str) -> Path:

@@ -14,6 +14,7 @@ from memory_bridge.storage.tables import messages as message_rows
 from tests.fakes.upstream import FakeUpstream, Scenario
 from tests.support.longterm_support import memory_fields, wait_until
 from tests.support.proxy import Proxy
+from tests.support.settled import jobs_settled
 
 TABLES = (message_rows, memory_events, jobs, curated, events, context_traces)
 WORDS = " ".join(f"word{i}" for i in range(30))
@@ -32,11 +33,6 @@ def _rows(proxy: Proxy, token_id: int) -> dict[str, int]:
             }
     finally:
         engine.dispose()
-
-
-def _settled(proxy: Proxy, token_id: int) -> bool:
-    consumers = proxy.admin("GET", f"/tokens/{token_id}/jobs").json()["consumers"]
-    return bool(consumers) and all(set(c) == {"done"} for c in consumers.values())
 
 
 def test_a_purge_during_a_stream_leaves_nothing_of_that_turn(
@@ -76,7 +72,7 @@ def test_a_purge_that_fails_midway_keeps_the_token_and_a_retry_finishes(
     proxy.client(token).chat.completions.create(
         model="m", messages=[{"role": "user", "content": "My bike is green"}], user="ada"
     )
-    wait_until(lambda: _settled(proxy, token_id), what="the turn's jobs")
+    wait_until(lambda: jobs_settled(proxy, token_id), what="the turn's jobs")
     # The episodic layer cannot be dropped: its directory is a file now.
     shards = proxy.settings.memory_bridge_data_dir / "vectors" / f"t{token_id}"
     shutil.rmtree(shards)
