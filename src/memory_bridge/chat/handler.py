@@ -26,6 +26,7 @@ from memory_bridge.chat.relay import (
 from memory_bridge.chat.request_reader import RequestReader, scope_of
 from memory_bridge.chat.response_claims import Echo, ResponseClaims
 from memory_bridge.chat.upstream import Opened, Upstream
+from memory_bridge.context.forge import fade
 from memory_bridge.context.forge.intent import Intent, classify, ranking_for
 from memory_bridge.context.forge.pipeline import Forged, forge
 from memory_bridge.context.forge.trace import injected_per_source
@@ -39,6 +40,7 @@ from memory_bridge.core.turn import TOKEN_WIDE_USER, Reply, Turn
 from memory_bridge.events.recorder import TurnRecorder
 from memory_bridge.sources import summaries
 from memory_bridge.sources.base import MemorySource, Recall
+from memory_bridge.storage.access import AccessStats
 from memory_bridge.storage.audit import AuditLog
 from memory_bridge.storage.health import StorageHealth
 from memory_bridge.storage.traces import TraceStore
@@ -96,6 +98,7 @@ class ChatHandler:
         max_upstream_body: int = DEFAULT_LIMIT,
         ranking: Ranking | None = None,
         traces: TraceStore | None = None,
+        access: AccessStats | None = None,
         max_request_messages: int = 10_000,
         parse_in_thread_bytes: int = 256 * 1024,
     ) -> None:
@@ -111,6 +114,7 @@ class ChatHandler:
         self._ranking = ranking or Ranking()
         self._token_rules: dict[tuple[ForgeConfig | None, Intent], Ranking] = {}
         self._traces = traces
+        self._access = access
         self._claims = claims
         self._reader = RequestReader(max_request_messages, parse_in_thread_bytes)
 
@@ -146,6 +150,7 @@ class ChatHandler:
             query=latest_user_text(messages),
         )
         forged = await self.recall(turn, drop_history=wire.upstream_holds_history(body))
+        self._used(turn, forged)
         memory = config.memory_config
         recalls = forged.recalls
         metrics.injected(injected_per_source(forged.trace))
@@ -211,10 +216,35 @@ class ChatHandler:
             recalls = [replace(r, history=()) if r.history else r for r in recalls]
         intent = classify(turn.query)
         rules = self.rules_for(turn.config.memory_config.forge, intent)
+        used = await self._last_used(turn, recalls) if fade.enabled(rules) else None
         forge_started = time.perf_counter()
-        forged = forge(recalls, turn.messages, rules, count_tokens, time.time(), intent)
+        forged = forge(recalls, turn.messages, rules, count_tokens, time.time(), intent, used)
         metrics.stage("forge", time.perf_counter() - forge_started)
         return forged
+
+    async def _last_used(self, turn: Turn, recalls: list[Recall]) -> dict[str, float]:
+        """When the recalled candidates were last injected for this end user (fading)."""
+        if self._access is None:
+            return {}
+        items = [
+            (c.source, c.id)
+            for r in recalls
+            for c in r.candidates
+            if c.source in fade.FADED_SOURCES
+        ]
+        return await self._access.last_used(turn.scope.token_id, turn.scope.user, items)
+
+    def _used(self, turn: Turn, forged: Forged) -> None:
+        """Injection refreshes what was injected (fading on): noted, written in a batch."""
+        if self._access is None or "fading" not in forged.trace:
+            return
+        items = [
+            (c.source, c.id, c.importance)
+            for c in (o.scored.candidate for o in forged.kept)
+            if c.source in fade.FADED_SOURCES
+        ]
+        if items:
+            self._access.touch(turn.scope.token_id, turn.scope.user, items, time.time())
 
     async def forward(
         self, req: ChatRequest, method: str, target: str, echo: Echo | None = None

@@ -36,6 +36,11 @@ class Candidate:
         return hashlib.sha256(self.text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
     @property
+    def key(self) -> str:
+        """The item's identity across requests (source and id), e.g. for its access stats."""
+        return f"{self.source}:{self.id}"
+
+    @property
     def day(self) -> str | None:
         """The ISO date (UTC) the item was said or learned, when its source knows it."""
         return iso_day(self.created_at)
@@ -58,6 +63,7 @@ class Drop(StrEnum):
     IN_PROMPT = "in_prompt"  # the history window or the request already carries it
     BUDGET = "budget"
     SUMMARISED = "summarised"  # a recalled session summary covers this raw turn
+    FADED = "faded"  # not injected for so long that its fade factor is under the floor
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +73,8 @@ class Scored:
     recency: float  # 0..1, 1 = now
     final: float
     rank: int = 0  # 1-based position after ranking
+    fade: float = 1.0  # 0..1, 1 = fresh or fading off (`context.forge.fade`)
+    last_used: float | None = None  # epoch seconds it was last injected, when fading knows
 
 
 @dataclass(frozen=True, slots=True)

@@ -84,6 +84,8 @@ async def erase_user(
     started = time.monotonic()
     if traces is not None:
         await traces.settle()  # a trace still queued would be written after the delete
+    if runtime.access is not None:
+        await runtime.access.forget_user(token_id, user)  # likewise a use not yet written
     shards = await runtime.vector_threads.run(lambda: runtime.vectors.shards(token_id))
     points, held = await _count_points(runtime, shards, user)
 

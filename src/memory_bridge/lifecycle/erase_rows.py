@@ -5,9 +5,10 @@ tombstone after removing what the vector layers' own deletes logged meanwhile.
 What goes: the user's events in the log (`session.*`, their `curated.*` USER.md, `longterm.*`),
 the jobs of those events, the projections (`messages`, their `curated` row), the context traces
 of their requests (by the request ids the events name, and any other trace whose candidates
-came from those events) and their audit rows. The events are deleted, not blanked: a replay
-then has nothing of the user to project, and the tombstone (content-free: who, when, counts)
-deletes their projection rows again should any come back from elsewhere.
+came from those events), their audit rows and the access stats of their memories (fading).
+The events are deleted, not blanked: a replay then has nothing of the user to project, and
+the tombstone (content-free: who, when, counts) deletes their projection rows again should
+any come back from elsewhere.
 
 On SQLite the transaction runs with `secure_delete` on, so freed pages and cells are zeroed
 instead of keeping the text in free space; the WAL is then checkpointed and truncated, since
@@ -35,8 +36,16 @@ from memory_bridge.events.model import (
     session_aggregate,
     user_aggregate,
 )
+from memory_bridge.storage import access
 from memory_bridge.storage.db import Database
-from memory_bridge.storage.tables import context_traces, curated, events, jobs, memory_events
+from memory_bridge.storage.tables import (
+    context_traces,
+    curated,
+    events,
+    jobs,
+    memory_access,
+    memory_events,
+)
 from memory_bridge.storage.tables import messages as message_rows
 
 log = logging.getLogger(__name__)
@@ -75,13 +84,16 @@ class RowsErased:
     jobs: int = 0
     traces: int = 0
     audit: int = 0
+    access: int = 0  # access stats of the user's memories (fading)
     # Jobs that were running (a worker may still be writing their vectors): left in place,
     # the caller waits for them and sweeps the vector layers again.
     running_jobs: list[int] = field(default_factory=list)
 
     @property
     def any(self) -> bool:
-        return bool(self.events or self.messages or self.curated or self.traces or self.audit)
+        return bool(
+            self.events or self.messages or self.curated or self.traces or self.audit or self.access
+        )
 
 
 def erase_rows(conn: Connection, token_id: int, user: str) -> RowsErased:
@@ -138,6 +150,7 @@ def counts_of(found: RowsErased) -> dict[str, int]:
         "jobs": found.jobs,
         "traces": found.traces,
         "audit": found.audit,
+        "access": found.access,
     }
 
 
@@ -172,6 +185,7 @@ def _erase(conn: Connection, token_id: int, user: str) -> RowsErased:
             events.c.type != AUDIT_TYPE,  # the record of earlier erasures stays
         )
     ).rowcount
+    out.access = access.erase_user(conn, token_id, user)
     return out
 
 
@@ -297,7 +311,7 @@ def drop_jobs(conn: Connection, job_ids: Sequence[int]) -> int:
 
 
 # The tables an erasure (or a delete) removes rows of: rewritten on PostgreSQL.
-_REWRITTEN = (memory_events, message_rows, curated, jobs, context_traces, events)
+_REWRITTEN = (memory_events, message_rows, curated, jobs, context_traces, events, memory_access)
 
 
 async def rewrite_files(db: Database, engine: AsyncEngine) -> str:

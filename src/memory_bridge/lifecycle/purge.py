@@ -32,6 +32,7 @@ from memory_bridge.storage.tables import (
     curated,
     events,
     jobs,
+    memory_access,
     memory_events,
     messages,
     vector_generations,
@@ -78,7 +79,7 @@ async def _purge_remains(runtime: MemoryServices, token_id: int, traces: TraceSt
 
 async def _has_remains(runtime: MemoryServices, token_id: int) -> bool:
     def rows(conn: Connection) -> bool:
-        tables = (memory_events, jobs, messages, curated, events, context_traces)
+        tables = (memory_events, jobs, messages, curated, events, context_traces, memory_access)
         return any(
             conn.execute(select(t.c.token_id).where(t.c.token_id == token_id).limit(1)).first()
             for t in (*tables, vector_generations)
@@ -98,6 +99,8 @@ async def _purge_layers(runtime: MemoryServices, token_id: int, traces: TraceSto
     await runtime.audit.purge(token_id)
     if traces is not None:
         await traces.purge(token_id)
+    if runtime.access is not None:
+        await runtime.access.purge(token_id)
     await runtime.db.write(lambda conn: event_log.purge(conn, token_id))
     await runtime.db.write(lambda conn: response_owners.purge(conn, token_id))
 
@@ -105,6 +108,6 @@ async def _purge_layers(runtime: MemoryServices, token_id: int, traces: TraceSto
 def _late_rows(conn: Connection, token_id: int) -> None:
     """Everything a turn (or its audit events and trace) committed for the token meanwhile."""
     event_log.purge(conn, token_id)
-    for table in (messages, curated, events, context_traces):
+    for table in (messages, curated, events, context_traces, memory_access):
         conn.execute(delete(table).where(table.c.token_id == token_id))
     response_owners.purge(conn, token_id)

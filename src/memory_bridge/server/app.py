@@ -96,6 +96,7 @@ def _chat_handler(
         parse_in_thread_bytes=settings.parse_in_thread_bytes,
         ranking=Ranking(memory_token_budget=settings.memory_token_budget),
         traces=traces,
+        access=memory.access,
         claims=ResponseClaims(ResponseOwners(memory.db)),
     )
 

@@ -29,6 +29,7 @@ from memory_bridge.sources.longterm.events import FactLog
 from memory_bridge.sources.longterm.pool import Mem0Pool
 from memory_bridge.sources.longterm.source import LongTermMemory
 from memory_bridge.sources.vector_generations import Generations
+from memory_bridge.storage.access import AccessStats
 from memory_bridge.storage.audit import AuditLog
 from memory_bridge.storage.db import Database, create_engine, create_schema, session_factory
 from memory_bridge.storage.sessions import SessionRepository
@@ -137,8 +138,12 @@ class MemoryServices:
     episodic: EpisodicMemory | None = None
     generations: Generations | None = None
     optimizer: ShardOptimizer | None = None
+    # When recalled memories were last injected (fading); None where nothing injects.
+    access: AccessStats | None = None
 
     async def close(self) -> None:
+        if self.access is not None:
+            await self.access.close()
         await self.longterm.pool.close_all(self.settings.background_drain_timeout)
         await self.vector_threads.shutdown(self.settings.background_drain_timeout)
         if self.optimizer is not None:
@@ -202,4 +207,5 @@ async def open_memory_services(settings: Settings) -> MemoryServices:
         optimizer=optimizer,
         episodic=episodic,
         generations=generations,
+        access=AccessStats(db),
     )

@@ -175,3 +175,18 @@ response_owners = Table(
     Column("created_at", Float, nullable=False),
     Column("instructions", Integer, nullable=True),
 )
+
+# When each recalled memory of an end user was last injected, and how often (fading,
+# `storage.access`): written in batches off the request path, only for tokens with
+# `memory.forge.fadeHalfLifeDays`. Ids only, never text; erased with the end user.
+memory_access = Table(
+    "memory_access",
+    metadata,
+    Column("token_id", Integer, primary_key=True),
+    Column("user_id", String(200), primary_key=True),
+    Column("source", String(20), primary_key=True),
+    Column("item_id", String(100), primary_key=True),
+    Column("last_used_at", Float, nullable=False),
+    Column("importance", Float, nullable=True),
+    Column("uses", Integer, nullable=False, server_default="0"),
+)

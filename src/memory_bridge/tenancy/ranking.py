@@ -76,6 +76,12 @@ class Ranking(BaseModel):
     recency_weight: _Weight = 0.1  # how much a fresh item gains over an old one
     half_life_days: Annotated[float, Field(gt=0.0, le=36_500.0)] = 30.0
     importance_weight: _Weight = 0.1
+    # Fading (`context.forge.fade`): an item's score decays with the time since it was last
+    # injected (or, never injected, since it was made), halving every `fade_half_life_days`
+    # stretched by its importance; under `fade_floor` it is dropped (`faded`), never deleted.
+    # 0 days: off (the default), nothing read or recorded.
+    fade_half_life_days: Annotated[float, Field(ge=0.0, le=36_500.0)] = 0.0
+    fade_floor: _Unit = 0.1
     # On the final score, whose best possible value is ~(dense + sparse) / 61 + a little.
     min_score: _Unit = 0.0
     # The relevance floor (`context.forge.floor`): a request's ranked items are injected only
@@ -99,6 +105,8 @@ class Ranking(BaseModel):
         "recency_weight",
         "half_life_days",
         "importance_weight",
+        "fade_half_life_days",
+        "fade_floor",
         "min_score",
         "dense_floor",
         "sparse_floor",

@@ -11,10 +11,12 @@ counted in the trace but never merged or deduplicated with other memory.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from memory_bridge.context.forge.fade import enabled as fading
+from memory_bridge.context.forge.fade import faded
 from memory_bridge.context.forge.floor import gate_open
 from memory_bridge.context.forge.rank import rank
 from memory_bridge.context.forge.select import select
@@ -56,14 +58,17 @@ def forge(
     count_tokens: Callable[[str], int],
     now: float,
     intent: str | None = None,
+    used: Mapping[str, float] | None = None,
 ) -> Forged:
+    """`used`: when each candidate (by `Candidate.key`) was last injected, read for fading
+    (`fade`) when the ranking has a half-life; nothing otherwise."""
     candidates = [c for r in recalls for c in _candidates(r) if weighed(c, ranking)]
     in_prompt = [m.text() for r in recalls for m in r.history] + [m.text() for m in request]
     outcomes: list[Outcome] = []
     gate = False
     if candidates:
-        ranked, summarised = drop_summarised(rank(candidates, ranking, now))
-        gate = gate_open(ranked, ranking)
+        ranked, summarised = drop_summarised(rank(candidates, ranking, now, used), ranking)
+        gate = gate_open([s for s in ranked if not faded(s, ranking)], ranking)
         outcomes = select(ranked, ranking, count_tokens, in_prompt, gate)
         outcomes = sorted([*outcomes, *summarised], key=lambda o: o.scored.rank)
     kept: dict[str, list[Candidate]] = {}
@@ -74,7 +79,9 @@ def forge(
     forged = [
         _kept(r, kept.get(r.source, [])) if (r.memories or r.candidates) else r for r in recalls
     ]
-    trace = build(outcomes, _blocks(recalls, count_tokens), ranking.memory_token_budget)
+    trace = build(
+        outcomes, _blocks(recalls, count_tokens), ranking.memory_token_budget, fading(ranking)
+    )
     if intent is not None:
         trace["intent"] = intent
     trace["weights"] = _weights(ranking)
@@ -84,6 +91,11 @@ def forge(
         "noise_share": ranking.noise_share,
         "cleared": gate,
     }
+    if fading(ranking):
+        trace["fading"] = {
+            "half_life_days": ranking.fade_half_life_days,
+            "floor": ranking.fade_floor,
+        }
     return Forged(forged, trace, tuple(o for o in outcomes if o.kept))
 
 

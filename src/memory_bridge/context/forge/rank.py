@@ -10,8 +10,9 @@ its own lists the same way.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
+from memory_bridge.context.forge.fade import fade
 from memory_bridge.core.candidates import Candidate, Scored
 from memory_bridge.tenancy.ranking import Ranking
 
@@ -44,8 +45,14 @@ def recency(created_at: float | None, now: float, half_life_days: float) -> floa
     return math.pow(0.5, age_days / half_life_days)
 
 
-def rank(candidates: Sequence[Candidate], weights: Ranking, now: float) -> list[Scored]:
-    """Candidates scored and sorted best first (ties: newer first, then by source and id)."""
+def rank(
+    candidates: Sequence[Candidate],
+    weights: Ranking,
+    now: float,
+    used: Mapping[str, float] | None = None,
+) -> list[Scored]:
+    """Candidates scored and sorted best first (ties: newer first, then by source and id).
+    `used`: when each item was last injected (by `Candidate.key`), for fading."""
     # The recency and importance terms are scaled to the fused scores' range: a first place in
     # both lists is worth 2/61; recency can move an item by a fraction of that, not more.
     scale = (weights.dense_weight + weights.sparse_weight) / (RRF_K + 1)
@@ -60,10 +67,15 @@ def rank(candidates: Sequence[Candidate], weights: Ranking, now: float) -> list[
             + weights.recency_weight * scale * fresh
             + weights.importance_weight * scale * (candidate.importance or 0.0)
         )
-        scored.append(Scored(candidate, fused, fresh, final))
+        # 1 with fading off: the score is then exactly what it was without fading.
+        factor, last_used = fade(candidate, used or {}, now, weights)
+        scored.append(Scored(candidate, fused, fresh, final * factor, 0, factor, last_used))
     # On equal scores the newer item first (then by source and id, so stable).
     scored.sort(key=_order)
-    return [Scored(s.candidate, s.fused, s.recency, s.final, i) for i, s in enumerate(scored, 1)]
+    return [
+        Scored(s.candidate, s.fused, s.recency, s.final, i, s.fade, s.last_used)
+        for i, s in enumerate(scored, 1)
+    ]
 
 
 def _order(s: Scored) -> tuple[float, float, str, str]:

@@ -1,6 +1,7 @@
 """Filter and budget: what of the ranked candidates goes into the prompt, and why not the rest.
 
-Filter: below the relevance threshold on the final score, or below the relevance floor
+Filter: faded (not injected for so long that its fade factor is under `fadeFloor`, `fade`);
+below the relevance threshold on the final score, or below the relevance floor
 (`floor`: nothing of the request is relevant, or this item is noise); an exact duplicate
 (same normalised text) or a near duplicate (cosine of their vectors at or above the
 threshold) of an item ranked higher, across
@@ -15,6 +16,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Sequence
 
+from memory_bridge.context.forge.fade import faded
 from memory_bridge.context.forge.floor import clears, gate_open
 from memory_bridge.core.candidates import Drop, Outcome, Scored
 from memory_bridge.tenancy.ranking import Ranking
@@ -42,14 +44,16 @@ def select(
     """Every ranked candidate's outcome, in rank order. `gate`: whether the request's
     candidates clear the relevance floor (`floor.gate_open`; computed when not given)."""
     if gate is None:
-        gate = gate_open(ranked, rules)
+        gate = gate_open([s for s in ranked if not faded(s, rules)], rules)
     share = rules.noise_share if gate else 1.0
     # A message is as relevant as the rest of its exchange: the reply to a question that
     # matches shares none of the question's words, yet answers it.
     relevant_events = {
         s.candidate.lineage["event_id"]
         for s in ranked
-        if "event_id" in s.candidate.lineage and clears(s.candidate, rules, share)
+        if "event_id" in s.candidate.lineage
+        and clears(s.candidate, rules, share)
+        and not faded(s, rules)
     }
     carried = {normalised(t) for t in in_prompt if t.strip()}
     seen: dict[str, str] = {}  # normalised text -> id of the kept or earlier item
@@ -59,6 +63,9 @@ def select(
     for item in ranked:
         c = item.candidate
         key = normalised(c.text)
+        if faded(item, rules):
+            out.append(Outcome(item, False, reason=Drop.FADED))
+            continue
         if item.final < rules.min_score:
             out.append(Outcome(item, False, reason=Drop.THRESHOLD))
             continue

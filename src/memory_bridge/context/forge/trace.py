@@ -8,12 +8,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from memory_bridge.core.candidates import Outcome
+from memory_bridge.context.forge.fade import importance
+from memory_bridge.core.candidates import Outcome, iso_day
 
 MAX_TEXT = 500
 
 
-def item(outcome: Outcome) -> dict[str, Any]:
+def item(outcome: Outcome, fading: bool = False) -> dict[str, Any]:
     scored = outcome.scored
     c = scored.candidate
     entry: dict[str, Any] = {
@@ -37,6 +38,10 @@ def item(outcome: Outcome) -> dict[str, Any]:
         "tokens": outcome.tokens,
         "kept": outcome.kept,
     }
+    if fading:  # the factor the final score was multiplied by, and what it was read from
+        entry["scores"]["fade"] = round(scored.fade, 6)
+        entry["last_used"] = iso_day(scored.last_used)
+        entry["importance"] = importance(c)
     if c.lineage:
         entry["lineage"] = dict(c.lineage)
     if outcome.reason is not None:
@@ -50,12 +55,13 @@ def build(
     outcomes: Sequence[Outcome],
     blocks: Sequence[dict[str, Any]],
     budget_tokens: int,
+    fading: bool = False,
 ) -> dict[str, Any]:
     kept = [o for o in outcomes if o.kept]
     return {
         "budget_tokens": budget_tokens,
         "recalled_tokens": sum(o.tokens for o in kept),
-        "candidates": [item(o) for o in outcomes],
+        "candidates": [item(o, fading) for o in outcomes],
         "blocks": list(blocks),
     }
 
