@@ -41,6 +41,9 @@ class Trace(BaseModel):
     # The intent read from the user's message and the weights it was ranked with.
     intent: str | None = None
     weights: dict[str, Any] | None = None
+    # Fading's half-life and floor, when the token has it on; each candidate then carries
+    # its `scores.fade`, `last_used` and `importance`.
+    fading: dict[str, Any] | None = None
     # The request's messages that are stored shortened (cut text, payload placeholders).
     stored_shortened: int = 0
     user: str | None = Field(
