@@ -54,6 +54,7 @@ class AccessStats:
         self._interval = flush_interval
         self._pending: dict[Key, Use] = {}
         self._flusher: asyncio.Task[None] | None = None
+        self._writing = asyncio.Lock()  # held while a batch is being written
         self._dropped = 0
 
     def touch(
@@ -120,7 +121,8 @@ class AccessStats:
             conn.execute(stmt, rows)
 
         try:
-            await self._db.write(work)
+            async with self._writing:
+                await self._db.write(work)
         except Exception as exc:
             log.warning("could not record %d memory use(s): %s", len(batch), type(exc).__name__)
 
@@ -183,10 +185,7 @@ class AccessStats:
         flusher may be writing at this moment)."""
         while self._pending:
             await self.flush()
-        flusher = self._flusher
-        if flusher is not None and not flusher.done():
-            with contextlib.suppress(Exception):
-                await asyncio.shield(flusher)
+        await self._written()
 
     async def forget_user(self, token_id: int, user: str) -> None:
         """Drop the end user's unwritten uses and wait for a batch being written, so the rows
@@ -205,13 +204,15 @@ class AccessStats:
         )
 
     async def _written(self) -> None:
-        flusher = self._flusher
-        if flusher is not None and not flusher.done():
-            with contextlib.suppress(Exception):
-                await asyncio.shield(flusher)
+        """Wait for the batch being written, if one is (a sleeping flusher holds nothing)."""
+        async with self._writing:
+            pass
 
     async def close(self) -> None:
-        await self._written()
+        if self._flusher is not None:
+            self._flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._flusher
         while self._pending:
             await self.flush()
 
