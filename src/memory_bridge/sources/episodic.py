@@ -69,6 +69,11 @@ class SummaryPoint:
     created_at: float  # when the last covered turn was stored
 
 
+def summary_point_id(summary_id: str) -> str:
+    """The index point id of a session summary (its `session.summarised` event's id)."""
+    return str(uuid.uuid5(_IDS, f"summary:{summary_id}"))
+
+
 def _summary_lineage(extra: Mapping[str, Any]) -> list[tuple[str, str]]:
     """A summary's lineage for the forge: its type and the turns (event ids) it covers."""
     covers = extra.get("covers")
@@ -303,7 +308,7 @@ class EpisodicMemory:
         for target in targets:
             (vector,) = await self._embedders.embed(target.spec, [summary.text])
             point = VectorPoint(
-                id=str(uuid.uuid5(_IDS, f"summary:{summary.summary_id}")),
+                id=summary_point_id(summary.summary_id),
                 dense=vector or None,
                 payload=PointPayload(
                     user=summary.user,

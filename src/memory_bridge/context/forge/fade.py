@@ -15,11 +15,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Any
 
 from memory_bridge.core.candidates import Candidate, Scored
 from memory_bridge.tenancy.ranking import RANKED_SOURCES, Ranking
 
-__all__ = ["DEFAULT_IMPORTANCE", "FADED_SOURCES", "enabled", "fade", "faded", "importance"]
+__all__ = [
+    "DEFAULT_IMPORTANCE",
+    "FADED_SOURCES",
+    "enabled",
+    "fade",
+    "faded",
+    "importance",
+    "reading",
+]
 
 # The sources whose items have a stable identity (a point id, a memory id) to keep stats of.
 FADED_SOURCES = RANKED_SOURCES
@@ -60,3 +69,24 @@ def fade(
 def faded(scored: Scored, rules: Ranking) -> bool:
     """True for an item that faded under the floor (never with fading off)."""
     return enabled(rules) and scored.fade < rules.fade_floor
+
+
+def reading(
+    source: str,
+    item_id: str,
+    created_at: float | None,
+    own_importance: float | None,
+    used: Mapping[str, float],
+    now: float,
+    rules: Ranking,
+) -> dict[str, Any]:
+    """An item's fading as the forge would read it now (for the console): when it was last
+    used, its importance, its factor and whether that is under the floor."""
+    item = Candidate(source, item_id, "", created_at=created_at, importance=own_importance)
+    factor, last_used = fade(item, used, now, rules)
+    return {
+        "last_used": last_used,
+        "importance": importance(item),
+        "fade": factor,
+        "faded": enabled(rules) and factor < rules.fade_floor,
+    }

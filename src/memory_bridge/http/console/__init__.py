@@ -13,6 +13,7 @@ from starlette.staticfiles import StaticFiles
 from memory_bridge.http.console import (
     auth,
     conversations,
+    evolving,
     memories,
     operations,
     overview,
@@ -25,7 +26,7 @@ from memory_bridge.http.console.views import page, redirect
 STATIC = Path(__file__).parent / "static"
 
 router = APIRouter(prefix="/console", include_in_schema=False)
-for module in (auth, overview, tokens, transfer, conversations, memories, operations):
+for module in (auth, overview, tokens, transfer, conversations, memories, evolving, operations):
     router.include_router(module.router)
 
 

@@ -4,18 +4,22 @@ the curated MEMORY.md / USER.md editor, and the recall playground."""
 from __future__ import annotations
 
 import logging
+import time
+from datetime import UTC, datetime
 from typing import Annotated, Any
 from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 from starlette.responses import Response
 
+from memory_bridge.context.forge import fade
+from memory_bridge.context.forge.intent import Intent
 from memory_bridge.core.errors import ProxyError
 from memory_bridge.core.messages import Message
 from memory_bridge.core.turn import Scope, Turn
 from memory_bridge.http.console import session as auth
 from memory_bridge.http.console.views import PAGE, offset_of, page, redirect, token_choices
-from memory_bridge.http.services import services_of
+from memory_bridge.http.services import Services, services_of
 from memory_bridge.lifecycle.forget import delete_facts
 from memory_bridge.sources.longterm import config as mem0_config
 from memory_bridge.sources.longterm.points import EVENT_ID_KEY
@@ -34,7 +38,7 @@ MemoryId = Annotated[str, Path(pattern=r"^[0-9a-f-]{36}$")]
 PLAYGROUND_SESSION = "console-playground"
 
 
-async def _config(request: Request, token: int) -> TokenConfig:
+async def config_of(request: Request, token: int) -> TokenConfig:
     record = await services_of(request).memory.tokens.get(token)
     if record is None or record.is_admin:
         raise ProxyError(404, "not_found_error", f"No token with id {token}.")
@@ -68,11 +72,12 @@ async def memories(
     offset = offset_of(request)
     facts: list[dict[str, Any]] = []
     total = 0
+    fading = False
     error = ""
     if token is not None:
         longterm = services_of(request).memory.longterm
         try:
-            config = await _config(request, token)
+            config = await config_of(request, token)
             if not mem0_config.enabled(config):
                 error = "Long-term memory is off for this token."
             elif q.strip():
@@ -82,6 +87,7 @@ async def memories(
                 # One page read, not the whole list: a user may hold 100,000 facts.
                 found, total = await longterm.page_memories(token, config, user, offset, PAGE)
                 facts = [_fact(token, m) for m in found]
+            fading = await _fading(services_of(request), token, config, facts)
         except ProxyError as exc:
             error = exc.message
         except Exception as exc:
@@ -96,6 +102,7 @@ async def memories(
         user=user,
         q=q,
         facts=facts,
+        fading=fading,
         total=total,
         offset=offset,
         has_more=offset + PAGE < total and not q.strip(),
@@ -105,6 +112,33 @@ async def memories(
             message, ""
         ),
     )
+
+
+async def _fading(
+    services: Services, token: int, config: TokenConfig, facts: list[dict[str, Any]]
+) -> bool:
+    """Each fact's fading (`fading` key) when the token has it on; whether it has."""
+    rules = services.chat.rules_for(config.memory_config.forge, Intent.FACTUAL)
+    access = services.memory.access
+    if not fade.enabled(rules) or access is None:
+        return False
+    now = time.time()
+    for user in {str(f["user"] or "") for f in facts}:
+        mine = [f for f in facts if str(f["user"] or "") == user]
+        used = await access.last_used(token, user, [("longterm", f["id"]) for f in mine])
+        for f in mine:
+            made = _epoch(f["updated_at"])
+            f["fading"] = fade.reading("longterm", f["id"], made, None, used, now, rules)
+    return True
+
+
+def _epoch(value: object) -> float | None:
+    """Mem0's ISO time (naive: UTC) as epoch seconds; None when absent or unreadable."""
+    try:
+        parsed = datetime.fromisoformat(str(value))
+    except ValueError:
+        return None
+    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
 
 
 @router.post("/memories/{token}/{memory_id}")
@@ -117,7 +151,7 @@ async def change_fact(
     services = services_of(request)
     longterm = services.memory.longterm
     try:
-        config = await _config(request, token)
+        config = await config_of(request, token)
         if action == "delete":
             # As the admin API deletes a fact: from every layer and trace that holds it.
             deleted = await longterm.delete(token, config, memory_id)
@@ -225,7 +259,7 @@ async def playground(request: Request, session: Signed) -> Response:
         return page(request, "playground.html", session, 422, error="Ask a question.", **context)
     services = services_of(request)
     try:
-        config = await _config(request, token)
+        config = await config_of(request, token)
         turn = Turn(
             request_id="playground",
             scope=Scope(token_id=token, user=user, session=PLAYGROUND_SESSION),
