@@ -206,6 +206,7 @@ def test_hostile_content_renders_inert_everywhere(console: Console) -> None:
             "xss-session",
         ),
         (f"/console/memories?token={c.token_id}&user=mallory", "xss-memories"),
+        (f"/console/evolving?token={c.token_id}&user=mallory", "evolving"),
         (f"/console/tokens/{c.token_id}/curated?user=mallory", "xss-curated"),
         (f"/console/conversations?token={c.token_id}", None),
         (f"/console/traces/{c.token_id}/{second.headers['x-request-id']}", "xss-trace"),
