@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from bench.processes import REPO, Children, child_env, free_port, wait_ready
+from bench.processes import REPO, Children, child_env, free_port, wait_ready, wait_warm
 
 UPSTREAM_KEY = "sk-bench-upstream-key"
 
@@ -131,6 +131,9 @@ def start_memorybridge(
     )
     url = f"http://127.0.0.1:{port}"
     wait_ready(f"{url}/health", proc, "memory-bridge serve", 60)
+    # The local model and shards warm up in the background: measured requests wait for them
+    # as a load balancer would (a build from before `/ready` answers 404 there: served as is).
+    wait_warm(f"{url}/ready", proc, 600)
     mb = MemoryBridge(url=url, admin=token_file.read_text().strip(), proc=proc)
     base = {"llm_base_url": upstream, "llm_api_key": UPSTREAM_KEY, "memory": {"mode": "curated"}}
     mb.history_token = mb.create_token({"name": "bench-history", **base})["token"]

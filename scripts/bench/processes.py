@@ -118,6 +118,19 @@ def wait_ready(url: str, proc: subprocess.Popen[Any], name: str, timeout: float)
     raise RuntimeError(f"{name} was not ready after {timeout:.0f} s ({url})")
 
 
+def wait_warm(url: str, proc: subprocess.Popen[Any], timeout: float) -> None:
+    """Until `GET /ready` stops answering 503 (warming): ready, or a build without it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the server exited with status {proc.returncode} while warming")
+        with contextlib.suppress(httpx.TransportError):
+            if httpx.get(url, timeout=2, trust_env=False).status_code != 503:
+                return
+        time.sleep(0.2)
+    raise RuntimeError(f"the server was still warming after {timeout:.0f} s ({url})")
+
+
 def start_fake_upstream(
     children: Children, tmp: Path, **env: str
 ) -> tuple[str, subprocess.Popen[Any]]:

@@ -64,3 +64,22 @@ def test_a_question_naming_a_place_recalls_the_person_linked_to_it(
     trace = proxy.admin("GET", f"/tokens/{other_id}/traces/{rid}").json()
     # The other token's own "Ingrid" memory names no place: nothing reaches it from here.
     assert not [c for c in trace["candidates"] if "Ingrid" in c["text"]]
+
+
+def test_without_a_graph_weight_the_walk_is_not_taken(proxy: Proxy, upstream: FakeUpstream) -> None:
+    # The default ranking gives the fetch no weight: its walk over the entity index (a scan per
+    # entity) is skipped, so no candidate carries a path through an entity.
+    token_id, token = proxy.create_token()
+    _say(proxy, token, PERSON, "session-a")
+    _say(proxy, token, PLACE, "session-b")
+    wait_until(lambda: _indexed(proxy, token_id), what="the episodic jobs")
+
+    rid = _say(proxy, token, QUESTION, "session-c")
+    trace: dict[str, Any] = proxy.admin("GET", f"/tokens/{token_id}/traces/{rid}").json()
+    assert trace["weights"]["graph"] == 0
+    place = [c for c in trace["candidates"] if c["text"] == PLACE]
+    assert place and place[0]["kept"]  # found by its keyword
+    assert all(c["scores"]["graph_rank"] is None for c in trace["candidates"])
+    assert not any(
+        "entity" in str(c.get("lineage", {}).get("via", "")) for c in trace["candidates"]
+    )

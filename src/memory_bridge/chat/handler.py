@@ -210,12 +210,13 @@ class ChatHandler:
         """What this turn would be given: every source recalled (the failure policy applied),
         then forged with the token's rules. Nothing is stored; the MCP `search_memory` tool
         asks this too, so a tool's search and a chat request rank alike."""
+        intent = classify(turn.query)
+        rules = self.rules_for(turn.config.memory_config.forge, intent)
+        turn = replace(turn, relational=rules.graph_weight > 0)
         recalls = await recall_all(self._sources, turn)
         if drop_history:
             # Still recalled: the history source also tells what of the request is stored.
             recalls = [replace(r, history=()) if r.history else r for r in recalls]
-        intent = classify(turn.query)
-        rules = self.rules_for(turn.config.memory_config.forge, intent)
         used = await self._last_used(turn, recalls) if fade.enabled(rules) else None
         forge_started = time.perf_counter()
         forged = forge(recalls, turn.messages, rules, count_tokens, time.time(), intent, used)

@@ -8,7 +8,9 @@ into a row — its time included — so a replay gives byte-identical tables.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Connection, delete, insert, update
 
@@ -20,66 +22,80 @@ PROJECTION_TABLES = (messages, curated)
 
 
 def project(conn: Connection, event: StoredEvent, at: datetime) -> None:
-    kind = event.type
-    data = event.payload
-    token_id = event.token_id
-    if kind == EventType.SESSION_APPENDED:
-        rows = [
-            {
-                "token_id": token_id,
-                "user_id": data["user"],
-                "session_id": data["session"],
-                "role": item["role"],
-                "body": json.dumps(item, ensure_ascii=False),
-                "created_at": at,
-            }
-            for item in data["messages"]
-        ]
-        if rows:
-            conn.execute(insert(messages), rows)
-    elif kind == EventType.SESSION_DELETED:
+    # session.started/compacted and the long-term events have no table of their own here:
+    # long-term memory is an asynchronous consumer (its vectors live in the vector engine).
+    step = _PROJECTIONS.get(event.type)
+    if step is not None:
+        step(conn, event.token_id, event.payload, at)
+
+
+def _appended(conn: Connection, token_id: int, data: dict[str, Any], at: datetime) -> None:
+    rows = [
+        {
+            "token_id": token_id,
+            "user_id": data["user"],
+            "session_id": data["session"],
+            "role": item["role"],
+            "body": json.dumps(item, ensure_ascii=False),
+            "created_at": at,
+        }
+        for item in data["messages"]
+    ]
+    if rows:
+        conn.execute(insert(messages), rows)
+
+
+def _session_deleted(conn: Connection, token_id: int, data: dict[str, Any], _: datetime) -> None:
+    conn.execute(
+        delete(messages).where(
+            messages.c.token_id == token_id,
+            messages.c.user_id == data["user"],
+            messages.c.session_id == data["session"],
+        )
+    )
+
+
+def _curated_replaced(conn: Connection, token_id: int, data: dict[str, Any], at: datetime) -> None:
+    where = (
+        curated.c.token_id == token_id,
+        curated.c.kind == data["kind"],
+        curated.c.user_id == data["user"],
+    )
+    changed = conn.execute(update(curated).where(*where).values(body=data["body"], updated_at=at))
+    if not changed.rowcount:
         conn.execute(
-            delete(messages).where(
-                messages.c.token_id == token_id,
-                messages.c.user_id == data["user"],
-                messages.c.session_id == data["session"],
+            insert(curated).values(
+                token_id=token_id,
+                kind=data["kind"],
+                user_id=data["user"],
+                body=data["body"],
+                updated_at=at,
             )
         )
-    elif kind == EventType.CURATED_REPLACED:
-        where = (
+
+
+def _curated_deleted(conn: Connection, token_id: int, data: dict[str, Any], _: datetime) -> None:
+    conn.execute(
+        delete(curated).where(
             curated.c.token_id == token_id,
             curated.c.kind == data["kind"],
             curated.c.user_id == data["user"],
         )
-        changed = conn.execute(
-            update(curated).where(*where).values(body=data["body"], updated_at=at)
-        )
-        if not changed.rowcount:
-            conn.execute(
-                insert(curated).values(
-                    token_id=token_id,
-                    kind=data["kind"],
-                    user_id=data["user"],
-                    body=data["body"],
-                    updated_at=at,
-                )
-            )
-    elif kind == EventType.CURATED_DELETED:
-        conn.execute(
-            delete(curated).where(
-                curated.c.token_id == token_id,
-                curated.c.kind == data["kind"],
-                curated.c.user_id == data["user"],
-            )
-        )
-    elif kind == EventType.USER_ERASED:
-        conn.execute(
-            delete(messages).where(
-                messages.c.token_id == token_id, messages.c.user_id == data["user"]
-            )
-        )
-        conn.execute(
-            delete(curated).where(curated.c.token_id == token_id, curated.c.user_id == data["user"])
-        )
-    # session.started/compacted and the long-term events have no table of their own here:
-    # long-term memory is an asynchronous consumer (its vectors live in the vector engine).
+    )
+
+
+def _user_erased(conn: Connection, token_id: int, data: dict[str, Any], _: datetime) -> None:
+    user = data["user"]
+    conn.execute(
+        delete(messages).where(messages.c.token_id == token_id, messages.c.user_id == user)
+    )
+    conn.execute(delete(curated).where(curated.c.token_id == token_id, curated.c.user_id == user))
+
+
+_PROJECTIONS: dict[str, Callable[[Connection, int, dict[str, Any], datetime], None]] = {
+    EventType.SESSION_APPENDED: _appended,
+    EventType.SESSION_DELETED: _session_deleted,
+    EventType.CURATED_REPLACED: _curated_replaced,
+    EventType.CURATED_DELETED: _curated_deleted,
+    EventType.USER_ERASED: _user_erased,
+}

@@ -21,48 +21,37 @@ import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from memory_bridge.core.errors import ProxyError
-from memory_bridge.core.message_bounds import bounded, truncate
-from memory_bridge.core.messages import Message
-from memory_bridge.events.model import EventType
+from memory_bridge.lifecycle.import_payloads import (
+    LINKED_IDS,
+    MAX_ID,
+    MAX_LABEL,
+    ImportBounds,
+    TooLarge,
+    meta_of,
+    payload_of,
+    string,
+    time_of,
+)
 from memory_bridge.lifecycle.transfer import CLASS_OF, FORMAT, VERSION
-from memory_bridge.settings import Settings
-from memory_bridge.storage.sessions import stored_form
 from memory_bridge.tenancy.private_files import private_dir
 
+__all__ = ["LINKED_IDS", "ImportBounds", "ImportEvent", "ImportRefused", "Staged", "stage"]
+
 MAX_LINE_BYTES = 16 * 1024 * 1024
-MAX_LABEL = 200  # an end user or session id, as on the chat path
-MAX_ID = 64
 _BATCH_BYTES = 1024 * 1024
-_KINDS = ("memory", "user")
 
 
 class ImportRefused(ProxyError):
     def __init__(self, line: int, reason: str, status: int = 422) -> None:
         super().__init__(status, "invalid_request_error", f"Line {line}: {reason}")
         self.line = line
-
-
-class _TooLarge(ValueError):
-    """A value over one of the API's size bounds: the import is refused with 413."""
-
-
-@dataclass(frozen=True, slots=True)
-class ImportBounds:
-    """The API's bounds an import obeys (the install's settings)."""
-
-    curated_max_bytes: int
-    max_stored_message_bytes: int
-
-    @classmethod
-    def of(cls, settings: Settings) -> ImportBounds:
-        return cls(settings.curated_max_bytes, settings.max_stored_message_bytes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,7 +251,7 @@ def _header(number: int, value: dict[str, Any]) -> dict[str, Any]:
 def _event(number: int, value: dict[str, Any], bounds: ImportBounds) -> ImportEvent:
     try:
         return _validated(value, bounds)
-    except _TooLarge as exc:
+    except TooLarge as exc:
         raise ImportRefused(number, f"{exc.args[0]}.", 413) from None
     except (ValueError, TypeError, KeyError, ValidationError) as exc:
         reason = exc.args[0] if isinstance(exc, ValueError | TypeError) and exc.args else ""
@@ -277,7 +266,7 @@ def _validated(value: dict[str, Any], bounds: ImportBounds) -> ImportEvent:
     kind = value["type"]
     if kind not in CLASS_OF:
         raise ValueError(f"unknown or not importable event type {str(kind)[:40]!r}")
-    event_id = _string(value, "event_id", MAX_ID, empty=False)
+    event_id = string(value, "event_id", MAX_ID, empty=False)
     payload = value["payload"]
     if not isinstance(payload, dict):
         raise ValueError("'payload' must be an object")
@@ -286,134 +275,16 @@ def _validated(value: dict[str, Any], bounds: ImportBounds) -> ImportEvent:
         raise ValueError("'meta' must be an object")
     embed_model = value.get("embed_model")
     if embed_model is not None:
-        embed_model = _string(value, "embed_model", MAX_LABEL)
+        embed_model = string(value, "embed_model", MAX_LABEL)
     origin = meta.get("origin", event_id)
     if not isinstance(origin, str) or not origin or len(origin) > MAX_ID:
         raise ValueError("'meta.origin' must be an id")
     return ImportEvent(
         origin=origin,
         type=kind,
-        payload=_payload(kind, payload, bounds),
-        meta=_meta(meta),
+        payload=payload_of(kind, payload, bounds),
+        meta=meta_of(meta),
         embed_model=embed_model,
-        created_at=_time(value["created_at"]),
+        created_at=time_of(value["created_at"]),
         line_id=event_id,
     )
-
-
-# The turns one imported session summary may cover, at most.
-MAX_COVERED = 10_000
-# The payload keys of consolidation events that name another fact (mapped like `memory_id`).
-LINKED_IDS: dict[str, tuple[str, ...]] = {
-    EventType.LONGTERM_MERGED: ("into_id",),
-    EventType.LONGTERM_SUPERSEDED: ("by_id",),
-}
-
-
-def _payload(kind: str, data: dict[str, Any], bounds: ImportBounds) -> dict[str, Any]:
-    user = _label(data, "user")
-    limit = bounds.max_stored_message_bytes
-    if kind.startswith("session."):
-        out: dict[str, Any] = {"user": user, "session": _label(data, "session")}
-        if kind == EventType.SESSION_APPENDED:
-            messages = data["messages"]
-            if not isinstance(messages, list):
-                raise ValueError("'messages' must be a list")
-            out["messages"] = [
-                stored_form(bounded(Message.model_validate(m), limit)) for m in messages
-            ]
-            out["query"] = truncate(_string(data, "query", MAX_LINE_BYTES, default=""), limit)
-            finish = data.get("finish_reason")
-            out["finish_reason"] = None if finish is None else _string(data, "finish_reason", 40)
-        if kind == EventType.SESSION_SUMMARISED:
-            out["text"] = _string(data, "text", MAX_LINE_BYTES)
-            covers = data["covers"]
-            if not isinstance(covers, list) or len(covers) > MAX_COVERED:
-                raise ValueError(f"'covers' must be a list of at most {MAX_COVERED} event ids")
-            out["covers"] = [_string({"id": c}, "id", MAX_ID, empty=False) for c in covers]
-            out["last_at"] = _time(data["last_at"]).isoformat()
-        return out
-    if kind.startswith("curated."):
-        doc = data["kind"]
-        if doc not in _KINDS:
-            raise ValueError("'kind' must be 'memory' or 'user'")
-        if doc == "memory" and user:
-            raise ValueError("MEMORY.md is token-wide: its 'user' must be empty")
-        out = {"kind": doc, "user": user}
-        if kind == EventType.CURATED_REPLACED:
-            out["body"] = body = _string(data, "body", MAX_LINE_BYTES)
-            if len(body.encode("utf-8")) > bounds.curated_max_bytes:
-                raise _TooLarge(
-                    f"curated documents are limited to {bounds.curated_max_bytes} bytes "
-                    "(CURATED_MAX_BYTES)"
-                )
-        return out
-    # longterm.*
-    out = {
-        "user": user,
-        "memory_id": _string(data, "memory_id", MAX_ID, empty=False),
-        "source_event_id": _optional_id(data, "source_event_id"),
-    }
-    if kind == EventType.LONGTERM_DELETED:
-        out["reason"] = _string(data, "reason", MAX_LABEL, default="")
-    else:
-        out["text"] = truncate(_string(data, "text", MAX_LINE_BYTES), limit)
-    # Consolidation: the fact this one was merged into, or the one that superseded it.
-    for key in LINKED_IDS.get(kind, ()):
-        out[key] = _string(data, key, MAX_ID, empty=False)
-    if kind == EventType.LONGTERM_SUPERSEDED:
-        out["by_text"] = truncate(_string(data, "by_text", MAX_LINE_BYTES), limit)
-    return out
-
-
-def _meta(meta: dict[str, Any]) -> dict[str, Any]:
-    # Only what the log's own meta holds; anything else an export carries is dropped.
-    kept: dict[str, Any] = {}
-    request_id = meta.get("request_id")
-    if isinstance(request_id, str) and len(request_id) <= MAX_ID:
-        kept["request_id"] = request_id
-    if meta.get("backfilled") is True:
-        kept["backfilled"] = True
-    return kept
-
-
-def _time(value: object) -> datetime:
-    if not isinstance(value, str):
-        raise ValueError("'created_at' must be an ISO 8601 time")
-    try:
-        at = datetime.fromisoformat(value)
-    except ValueError:
-        raise ValueError("'created_at' must be an ISO 8601 time") from None
-    return (at if at.tzinfo else at.replace(tzinfo=UTC)).astimezone(UTC)
-
-
-def _label(data: dict[str, Any], name: str) -> str:
-    text = _string(data, name, MAX_LABEL)
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in text):
-        raise ValueError(f"{name!r} holds a control character")
-    return text
-
-
-def _optional_id(data: dict[str, Any], name: str) -> str | None:
-    value = data.get(name)
-    if value is None:
-        return None
-    return _string(data, name, MAX_ID, empty=False)
-
-
-def _string(
-    data: dict[str, Any],
-    name: str,
-    limit: int,
-    *,
-    empty: bool = True,
-    default: str | None = None,
-) -> str:
-    value = data.get(name, default) if default is not None else data[name]
-    if not isinstance(value, str):
-        raise ValueError(f"{name!r} must be a string")
-    if len(value) > limit or (not empty and not value):
-        raise ValueError(
-            f"{name!r} must be 1 to {limit} characters" if not empty else f"{name!r} is too long"
-        )
-    return value

@@ -37,6 +37,7 @@ from memory_bridge.lifecycle.generation_pass import replay_and_switch
 from memory_bridge.lifecycle.rebuild_longterm import run_longterm
 from memory_bridge.sources.base import JobStep, PermanentFailure
 from memory_bridge.sources.longterm import config as mem0_config
+from memory_bridge.sources.longterm.config import Mem0Spec
 from memory_bridge.sources.longterm.shards import instance_fields, resolve
 from memory_bridge.sources.replay import rebuild_exchange
 from memory_bridge.sources.summaries import summary_point
@@ -140,6 +141,23 @@ async def start_rebuild(
     return started
 
 
+async def _longterm_target(
+    runtime: MemoryServices, token_id: int, new_config: TokenConfig | None
+) -> tuple[TokenConfig, Mem0Spec]:
+    """The config a long-term rebuild follows and the shard it writes; 404/409 when there is
+    none to rebuild."""
+    record = await runtime.tokens.get(token_id)
+    if record is None:
+        raise ProxyError(404, "not_found_error", f"No token with id {token_id}.")
+    config = new_config or record.config
+    if config is None or not mem0_config.enabled(config):
+        raise ProxyError(409, "conflict_error", "The token has no long-term memory.")
+    try:
+        return config, mem0_config.build_spec(token_id, config, runtime.longterm.pool.mem0_dir)
+    except mem0_config.Mem0ConfigError as exc:
+        raise ProxyError(409, "conflict_error", f"The token's long-term memory: {exc}") from exc
+
+
 async def _start_longterm(
     runtime: MemoryServices,
     token_id: int,
@@ -155,17 +173,8 @@ async def _start_longterm(
     generations = runtime.generations
     if generations is None:
         raise ProxyError(409, "conflict_error", "Rebuilds are not available on this install.")
-    record = await runtime.tokens.get(token_id)
-    if record is None:
-        raise ProxyError(404, "not_found_error", f"No token with id {token_id}.")
-    config = new_config or record.config
-    if config is None or not mem0_config.enabled(config):
-        raise ProxyError(409, "conflict_error", "The token has no long-term memory.")
+    config, current = await _longterm_target(runtime, token_id, new_config)
     mem0_dir = runtime.longterm.pool.mem0_dir
-    try:
-        current = mem0_config.build_spec(token_id, config, mem0_dir)
-    except mem0_config.Mem0ConfigError as exc:
-        raise ProxyError(409, "conflict_error", f"The token's long-term memory: {exc}") from exc
     aggregate = index_aggregate(token_id, LONGTERM)
 
     def work(conn: Connection) -> Generation:

@@ -33,9 +33,10 @@ from memory_bridge.events.queue import Job
 from memory_bridge.lifecycle.generation_pass import replay_and_switch
 from memory_bridge.sources.base import JobStep, PermanentFailure
 from memory_bridge.sources.longterm import config as mem0_config
+from memory_bridge.sources.longterm.config import Mem0Spec
 from memory_bridge.sources.longterm.points import ENTITY_KIND, EVENT_ID_KEY, MEMORY_KIND
 from memory_bridge.sources.longterm.shards import on_shard
-from memory_bridge.sources.vector_generations import LONGTERM, RUNNING
+from memory_bridge.sources.vector_generations import LONGTERM, RUNNING, Generation
 from memory_bridge.sources.vector_generations import fail as fail_row
 from memory_bridge.storage.tables import memory_events
 from memory_bridge.vectors.index import Where
@@ -161,25 +162,9 @@ async def run_longterm(
     row = await generations.get(token_id, LONGTERM, fresh=True)
     if row is None or row.event_id != event.event_id or row.state != RUNNING:
         return  # superseded by a later request, or already switched
-    record = await runtime.tokens.get(token_id)
-    if record is None or record.config is None:
-        return
-    if not mem0_config.enabled(record.config):
-        await runtime.db.write(
-            lambda c: fail_row(c, token_id, LONGTERM, event.event_id, "long-term memory is off")
-        )
-        raise PermanentFailure("the token has no long-term memory")
-    current = mem0_config.build_spec(token_id, record.config, pool.mem0_dir)
-    assert row.target_model is not None and row.target_dims is not None
-    target = on_shard(current, row.target_model, row.target_dims)
+    target = await _target(runtime, job, event, row)
     if target is None:
-        # The new config may not be stored yet (a re-embed starts just before): retried.
-        if job.attempts < runtime.settings.job_max_attempts:
-            raise RuntimeError("the token's embedder is not the rebuild's target (yet)")
-        await runtime.db.write(
-            lambda c: fail_row(c, token_id, LONGTERM, event.event_id, "embedder changed")
-        )
-        raise PermanentFailure("the token's embedder is not the rebuild's target")
+        return
     memory = await pool.detached(target)
     try:
 
@@ -217,6 +202,34 @@ async def run_longterm(
     await runtime.vector_threads.run(
         lambda: runtime.vectors.drop_shard(token_id, before.active_model, before.active_dims)
     )
+
+
+async def _target(
+    runtime: MemoryServices, job: Job, event: StoredEvent, row: Generation
+) -> Mem0Spec | None:
+    """The shard the rebuild writes, as the token's stored config names it; None: the token
+    is gone. A config that names another embedder fails the rebuild (after retries: the new
+    config may not be stored yet when a re-embed starts just before)."""
+    token_id = event.token_id
+    record = await runtime.tokens.get(token_id)
+    if record is None or record.config is None:
+        return None
+    if not mem0_config.enabled(record.config):
+        await runtime.db.write(
+            lambda c: fail_row(c, token_id, LONGTERM, event.event_id, "long-term memory is off")
+        )
+        raise PermanentFailure("the token has no long-term memory")
+    current = mem0_config.build_spec(token_id, record.config, runtime.longterm.pool.mem0_dir)
+    assert row.target_model is not None and row.target_dims is not None
+    target = on_shard(current, row.target_model, row.target_dims)
+    if target is None:
+        if job.attempts < runtime.settings.job_max_attempts:
+            raise RuntimeError("the token's embedder is not the rebuild's target (yet)")
+        await runtime.db.write(
+            lambda c: fail_row(c, token_id, LONGTERM, event.event_id, "embedder changed")
+        )
+        raise PermanentFailure("the token's embedder is not the rebuild's target")
+    return target
 
 
 def _count(conn: Connection, token_id: int) -> int:

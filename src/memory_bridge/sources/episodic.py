@@ -153,7 +153,7 @@ class EpisodicMemory:
             if embed_here is None:
                 (vector,) = await self._embedders.embed(shard.spec, [query])
             token_id = turn.scope.token_id
-            seeds = [e.key for e in extract(query)]
+            seeds = [e.key for e in extract(query)] if turn.relational else []
 
             def search() -> tuple[list[HybridHit], list[GraphHit]]:
                 # One thread hop for all the calls: each hop costs the request time.
