@@ -85,7 +85,7 @@ class EdgeIndex(IndexBase):
         self._home = home
         self._min_free = min_free_bytes
         self._optimize_timeout = optimize_timeout
-        self._slots = slots or OpenShards(0)
+        self._slots = slots if slots is not None else OpenShards(0)  # (an empty one is falsy)
         self._write_lock = threading.Lock()
         self._read_lock = threading.Lock()
         self._optimize_lock = threading.Lock()
