@@ -228,8 +228,8 @@ class EdgeIndex(IndexBase):
         it live: a deleted point's payload otherwise stays in segment pages and the WAL until
         the engine happens to vacuum. Writes wait meanwhile; reads go on until the swap."""
         with self._optimize_lock, self._write_lock:
-            # Reading without the read lock is safe here: only close and the swap replace
-            # the shard, and both need the write lock held here.
+            # Reading without the read lock is safe here: only close, parking and the swap
+            # replace the shard, and each needs the write lock held here.
             shard = self._live()
             target = self._home / edge_optimize.NEXT
             shutil.rmtree(target, ignore_errors=True)
