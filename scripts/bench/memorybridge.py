@@ -95,12 +95,15 @@ def start_memorybridge(
     upstream: str,
     name: str = "memorybridge",
     src: Path | None = None,
+    settings: dict[str, str] | None = None,
 ) -> MemoryBridge:
-    """`memory-bridge serve` with its tokens; from `src` (a source tree's `src/`) if given."""
+    """`memory-bridge serve` with its tokens; from `src` (a source tree's `src/`) if given;
+    `settings`: more of its environment (e.g. {"VECTOR_MAX_OPEN_SHARDS": "32"})."""
     tmp = tmp / name
     tmp.mkdir()
     data = tmp / "memorybridge-data"
     extra = {"PYTHONPATH": str(src)} if src is not None else {}
+    extra.update(settings or {})
     env = child_env(
         **extra,
         MEMORY_BRIDGE_DATA_DIR=str(data),

@@ -98,6 +98,10 @@ class Settings(BaseSettings):
     # The embedded engine creates and writes no shard with less free disk than this (MiB): a
     # memory-mapped write on a full disk kills the process (SIGBUS) rather than failing.
     vector_min_free_mb: int = Field(default=64, ge=0)
+    # The embedded engine keeps at most this many shards open (each holds engine threads,
+    # files and mapped pages); the least recently used idle one is closed for another to open,
+    # and reopens on its next use. 0: no bound (one open shard per token and model, forever).
+    vector_max_open_shards: int = Field(default=32, ge=0, le=100_000)
 
     # The durable job queue (docs/operations.md). `serve` drains it too unless told not to.
     serve_worker: bool = True

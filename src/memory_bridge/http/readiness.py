@@ -42,7 +42,7 @@ async def warm_up(runtime: MemoryServices, settings: Settings, readiness: Readin
         await _warm_model(runtime, settings, readiness)
         readiness.waiting_for = "vector shards"
         ids = await runtime.db.run(_recent_tokens(settings.ready_warm_shards))
-        limit, vectors = settings.ready_warm_shards, runtime.vectors
+        limit, vectors = _warm_limit(settings), runtime.vectors
         opened = await runtime.vector_threads.run(lambda: open_shards(vectors, ids, limit))
         readiness.warmed["shards"] = opened
     except Exception as exc:
@@ -61,6 +61,14 @@ async def _warm_model(runtime: MemoryServices, settings: Settings, readiness: Re
     readiness.waiting_for = "the local embedding model"
     await Embedders(runtime.client, runtime.vector_threads).embed(spec, ["warm-up"])
     readiness.warmed["model"] = spec.model_id
+
+
+def _warm_limit(settings: Settings) -> int:
+    """Shards beyond the embedded engine's bound of open ones would only close others."""
+    bound = settings.vector_max_open_shards
+    if settings.resolved_qdrant_url or not bound:
+        return settings.ready_warm_shards
+    return min(settings.ready_warm_shards, bound)
 
 
 def _recent_tokens(limit: int) -> Callable[[Connection], list[int]]:

@@ -98,7 +98,9 @@ def open_vector_engine(settings: Settings) -> VectorEngine:
     from memory_bridge.vectors.edge import EdgeEngine
 
     return EdgeEngine(
-        settings.memory_bridge_data_dir, min_free_bytes=settings.vector_min_free_mb << 20
+        settings.memory_bridge_data_dir,
+        min_free_bytes=settings.vector_min_free_mb << 20,
+        max_open=settings.vector_max_open_shards,
     )
 
 

@@ -70,6 +70,9 @@ class ServerEngine:
         )
         self._lock = threading.Lock()
         self._open: dict[ShardKey, ServerIndex] = {}
+        # One encoder per BM25 settings, shared by the collections made with them: the only
+        # per-token cost on this side is then the small `ServerIndex` (no thread, no file).
+        self._encoders: dict[Bm25Settings, Bm25Encoder] = {}
         self._closed = False
 
     @classmethod
@@ -109,7 +112,10 @@ class ServerEngine:
             if found is None:
                 name = self.collection_name(key)
                 settings = self._settle(name, key)
-                found = ServerIndex(self._client, name, key, Bm25Encoder(settings), self._guard)
+                encoder = self._encoders.get(settings)
+                if encoder is None:
+                    encoder = self._encoders[settings] = Bm25Encoder(settings)
+                found = ServerIndex(self._client, name, key, encoder, self._guard)
                 self._open[key] = found
             return found
 
