@@ -37,7 +37,8 @@ class Variant:
         extra = f", preset {self.preset}" if self.preset != "default" else ""
         extra += "".join(f", {k}={v}" for k, v in self.ranking)
         if self.dense is None:
-            return "product defaults (no setting passed)" + extra
+            dated = ", stored at the sessions' dates" if self.dated else ""
+            return "product defaults (no setting passed)" + dated + extra
         return self._weights() + extra
 
     def _weights(self) -> str:
@@ -71,14 +72,16 @@ def parse_variants(spec: str) -> list[Variant]:
     """`product` (always first) plus e.g. "ctx-0.5/1", "plain-1/1", "ctx-1/1-dated";
     "-engine" / "-forge" apply the weights to the engine's fusion or the forge's rank only;
     "+name=value" sets a field of the ranking configuration, "+preset=name" a named preset
-    (e.g. "product+preset=keyword", "ctx-1/1+recencyWeight=0")."""
+    (e.g. "product+preset=keyword", "ctx-1/1+recencyWeight=0"); "product-dated" is the
+    product with the messages stored at their sessions' dates."""
     out = [PRODUCT]
     for part in (p.strip() for p in spec.split(",")):
         if not part or part == "product":
             continue
         head, *settings = part.split("+")
-        if head == "product":
-            out.append(_with_settings(PRODUCT, part, settings))
+        if head in ("product", "product-dated"):
+            base = dataclasses.replace(PRODUCT, dated=head.endswith("-dated"))
+            out.append(_with_settings(base, part, settings))
             continue
         match = _SPEC.fullmatch(head)
         if match is None:
