@@ -110,10 +110,17 @@ async def _measure(
     index: VectorIndex,
     questions: Sequence[str],
     budget: float,
-    runtimes: Sequence[local_embedder.Runtime],
+    runtimes: Sequence[str],
 ) -> dict[str, Any]:
     """Per local-embedder runtime, query by query in turn (the same load for each)."""
-    memory = EpisodicMemory(bench.engine, bench.embedders, bench.executor, TIMEOUT, TIMEOUT)
+    memory = EpisodicMemory(
+        bench.engine,
+        bench.embedders,
+        bench.executor,
+        TIMEOUT,
+        TIMEOUT,
+        default_embedder=bench.spec,
+    )
     scope = Scope(token_id=TOKEN, user=USER, session="ask")
     times: dict[str, dict[str, list[float]]] = {
         rt: {"recall": [], "embed": [], "search": []} for rt in runtimes
@@ -125,7 +132,8 @@ async def _measure(
         if n >= WARMUP and time.monotonic() > deadline:
             break
         for runtime in runtimes:
-            local_embedder.use_runtime(runtime)
+            if runtime in ("onnx", "torch"):  # else: a candidate's name (one runtime of its own)
+                local_embedder.use_runtime(runtime)
             turn = ChatTurn("q", scope, bench.config, (Message(role="user", content=text),), text)
             t0 = time.perf_counter()
             found = await memory.recall(turn)
@@ -152,7 +160,8 @@ async def _measure(
             times[runtime]["embed"].append((t2 - t1) * 1000)
             times[runtime]["search"].append((t3 - t2) * 1000)
             hits.append(len(ranked))
-    local_embedder.use_runtime(runtimes[0])
+    if runtimes[0] in ("onnx", "torch"):
+        local_embedder.use_runtime(runtimes[0])
     return {
         "queries": len(times[runtimes[0]]["recall"]),
         "runtimes": {
@@ -173,7 +182,7 @@ async def _row(
     size: int,
     questions: list[str],
     budget: float,
-    runtimes: Sequence[local_embedder.Runtime],
+    runtimes: Sequence[str],
     optimize: bool,
 ) -> dict[str, Any]:
     """The shard filled from `have` to `size` memories; recall timed as filled, then optimised."""
@@ -215,7 +224,7 @@ async def run(
     queries: int,
     budget: float,
     optimize: bool,
-    runtimes: Sequence[local_embedder.Runtime] = ("onnx",),
+    runtimes: Sequence[str] = ("onnx",),
     seed: int = 7,
 ) -> dict[str, Any]:
     turns = [t for c in conversations for t in c.turns]
@@ -232,6 +241,7 @@ async def run(
         bench.executor,
         TIMEOUT,
         TIMEOUT,
+        default_embedder=bench.spec,
     )
     questions = [q.text for c in conversations for q in c.questions]
     random.Random(seed).shuffle(questions)  # noqa: S311 - a reproducible sample
@@ -247,7 +257,10 @@ async def run(
         )
         have = size
     return {
-        "fill": "LoCoMo dev turns, renamed per pass; MiniLM vectors of the base turn, jittered",
+        "fill": (
+            f"LoCoMo dev turns, renamed per pass; {bench.spec.model_id} vectors of the base "
+            "turn, jittered"
+        ),
         "rows": rows,
     }
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from memory_bridge.core.blocking import BlockingExecutor
 from memory_bridge.core.candidates import Candidate
-from memory_bridge.core.entities import extract
+from memory_bridge.core.entities import Entity, extract
 from memory_bridge.core.turn import Turn
 from memory_bridge.embedding.embedders import SPARSE_ONLY, Embedders, EmbedderSpec, episodic_spec
 from memory_bridge.sources.base import Exchange, OnRecallFailure, Recall
@@ -94,17 +94,20 @@ class EpisodicMemory:
         sparse_weight: float = 1.0,
         index_context: bool = True,
         clock: Callable[[], float] = time.time,
+        entities: Callable[[str], Sequence[Entity]] = extract,
         default_embedder: EmbedderSpec = SPARSE_ONLY,
         generations: Generations | None = None,
     ) -> None:
         # The keyword arguments are the fusion weights of the engine's hybrid search, whether
-        # the sparse side indexes a message with its context, and the clock of `created_at`:
-        # defaults for the proxy, set otherwise by the benchmarks (scripts/bench_recall.py).
+        # the sparse side indexes a message with its context, the clock of `created_at` and
+        # the entity extraction of the relational fetch: defaults for the proxy, set otherwise
+        # by the benchmarks (scripts/bench_recall.py).
         self._enabled = enabled
         self._dense_weight = dense_weight
         self._sparse_weight = sparse_weight
         self._index_context = index_context
         self._clock = clock
+        self._entities = entities
         self._engine = engine
         self._embedders = embedders
         self._executor = executor
@@ -148,7 +151,7 @@ class EpisodicMemory:
             if embed_here is None:
                 (vector,) = await self._embedders.embed(shard.spec, [query])
             token_id = turn.scope.token_id
-            seeds = [e.key for e in extract(query)]
+            seeds = [e.key for e in self._entities(query)]
 
             def search() -> tuple[list[HybridHit], list[GraphHit]]:
                 # One thread hop for all the calls: each hop costs the request time.
@@ -263,7 +266,7 @@ class EpisodicMemory:
                         session=scope.session,
                         event_id=exchange.event_id or None,
                         created_at=created_at,
-                        entities=tuple(e.key for e in extract(text)),
+                        entities=tuple(e.key for e in self._entities(text)),
                     ),
                     index_text=in_context,
                 )
