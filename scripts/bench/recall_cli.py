@@ -55,7 +55,7 @@ async def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
             args.limit_questions,
             args.embedder,
             args.embedder_path,
-            args.off_topic_all,
+            args.off_topic,
             extractor(args.entities, args.entities_path),
         )
     else:
@@ -142,9 +142,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--entities-path", default=None, help="where spaCy is installed")
     parser.add_argument(
-        "--off-topic-all",
-        action="store_true",
-        help="ask every variant the other conversations' questions (default: product only)",
+        "--off-topic",
+        default="product",
+        choices=("product", "all", "none"),
+        help="which variants are asked the other conversations' questions",
     )
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)

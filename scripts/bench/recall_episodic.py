@@ -253,7 +253,7 @@ async def run(
     limit_questions: int | None,
     embedder: str = "minilm",
     embedder_path: str | None = None,
-    off_topic_all: bool = False,
+    asked_off_topic: str = "product",
     entities: Callable[[str], Sequence[Entity]] = extract,
 ) -> tuple[dict[str, Any], EpisodicBench]:
     """The figures of every variant; the bench is returned open (the speed stage reuses its
@@ -289,7 +289,9 @@ async def run(
                 bench, memory, indexed[variant.index_key], variant, ranking, limit_questions
             )
         )
-        if variant is variants[0] or (off_topic_all and variant.preset != "no_floor"):
+        if (asked_off_topic == "all" and variant.preset != "no_floor") or (
+            asked_off_topic == "product" and variant is variants[0]
+        ):
             results[-1]["off_topic"] = await off_topic(
                 bench, memory, indexed[variant.index_key], variant, ranking, limit_questions
             )

@@ -75,7 +75,11 @@ def render(report: dict[str, Any]) -> str:
             table(rows, "conversation"),
             table(list(report["by_category"].items()), "category"),
             variants_table(report["variants"]),
-            off_topic_table(report["variants"][0]),
+            *(
+                [off_topic_table(report["variants"][0])]
+                if "off_topic" in report["variants"][0]
+                else []
+            ),
             comparison(report["overall"], report.get("mem0")),
         ]
         if "mem0" in report:
