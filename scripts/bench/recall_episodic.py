@@ -106,6 +106,8 @@ class CachingEmbedders(Embedders):
 def _settings(variant: Variant, *, query: bool) -> dict[str, Any]:
     """The keyword arguments of `EpisodicMemory` this variant sets."""
     kwargs: dict[str, Any] = {}
+    if query and variant.depth is not None:
+        kwargs["depth"] = variant.depth
     if query and variant.apply != "forge":
         if variant.dense is not None:
             kwargs["dense_weight"] = variant.dense

@@ -95,19 +95,22 @@ class EpisodicMemory:
         index_context: bool = True,
         clock: Callable[[], float] = time.time,
         entities: Callable[[str], Sequence[Entity]] = extract,
+        depth: int = DEPTH,
         default_embedder: EmbedderSpec = SPARSE_ONLY,
         generations: Generations | None = None,
     ) -> None:
         # The keyword arguments are the fusion weights of the engine's hybrid search, whether
         # the sparse side indexes a message with its context, the clock of `created_at` and
-        # the entity extraction of the relational fetch: defaults for the proxy, set otherwise
-        # by the benchmarks (scripts/bench_recall.py).
+        # the entity extraction of the relational fetch and how many candidates recall hands
+        # the forge: defaults for the proxy, set otherwise by the benchmarks
+        # (scripts/bench_recall.py).
         self._enabled = enabled
         self._dense_weight = dense_weight
         self._sparse_weight = sparse_weight
         self._index_context = index_context
         self._clock = clock
         self._entities = entities
+        self._depth = depth
         self._engine = engine
         self._embedders = embedders
         self._executor = executor
@@ -165,7 +168,7 @@ class EpisodicMemory:
                     query_dense=dense or None,
                     query_text=query,
                     where=Where(user=user, kind=KIND),
-                    limit=DEPTH,
+                    limit=self._depth,
                     prefetch_limit=PREFETCH,
                     dense_weight=self._dense_weight,
                     sparse_weight=self._sparse_weight,
