@@ -120,7 +120,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--runtimes",
         type=lambda raw: [part.strip() for part in raw.split(",") if part.strip()],
         default=["onnx"],
-        help="speed: local embedder runtimes, query by query in turn (e.g. onnx,torch)",
+        help="speed: local embedder runtimes, query by query in turn (e.g. onnx,torch); "
+        "onnx-nowalk: the same without the relational walk",
     )
     parser.add_argument(
         "--torch-threads", type=int, default=None, help="torch.set_num_threads (default: torch's)"
@@ -151,8 +152,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.skip_quality and not args.speed:
         parser.error("--skip-quality needs --speed")
-    if not args.runtimes or set(args.runtimes) - {"onnx", "torch"}:
-        parser.error("--runtimes: onnx and/or torch")
+    known = {"onnx", "torch", "onnx-nowalk", "torch-nowalk"}
+    if not args.runtimes or set(args.runtimes) - known:
+        parser.error("--runtimes: onnx and/or torch (each may be -nowalk: no relational walk)")
     return args
 
 
