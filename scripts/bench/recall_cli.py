@@ -121,7 +121,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         type=lambda raw: [part.strip() for part in raw.split(",") if part.strip()],
         default=["onnx"],
         help="speed: local embedder runtimes, query by query in turn (e.g. onnx,torch); "
-        "onnx-nowalk: the same without the relational walk",
+        "onnx-walk: the same with the relational walk run (a token weighing it)",
     )
     parser.add_argument(
         "--torch-threads", type=int, default=None, help="torch.set_num_threads (default: torch's)"
@@ -152,9 +152,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.skip_quality and not args.speed:
         parser.error("--skip-quality needs --speed")
-    known = {"onnx", "torch", "onnx-nowalk", "torch-nowalk"}
+    known = {"onnx", "torch", "onnx-walk", "torch-walk"}
     if not args.runtimes or set(args.runtimes) - known:
-        parser.error("--runtimes: onnx and/or torch (each may be -nowalk: no relational walk)")
+        parser.error("--runtimes: onnx and/or torch (each may be -walk: the relational walk)")
     return args
 
 

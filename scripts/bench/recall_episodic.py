@@ -108,6 +108,8 @@ def _settings(variant: Variant, *, query: bool) -> dict[str, Any]:
     kwargs: dict[str, Any] = {}
     if query and variant.depth is not None:
         kwargs["depth"] = variant.depth
+    if query:  # the bench's ranking is not the token's: say whether the walk's rank counts
+        kwargs["walk"] = variant.rank_config().graph_weight > 0
     if query and variant.apply != "forge":
         if variant.dense is not None:
             kwargs["dense_weight"] = variant.dense

@@ -113,8 +113,9 @@ async def _measure(
     runtimes: Sequence[str],
 ) -> dict[str, Any]:
     """Per local-embedder runtime, query by query in turn (the same load for each). A runtime
-    named "<runtime>-nowalk" is the same with no entity extraction of the question, so the
-    relational walk never runs: the walk's cost side by side."""
+    named "<runtime>-walk" is the same with the relational walk run for every question (as
+    for a token whose `graphWeight` > 0; the product's default runs none): the walk's cost
+    side by side."""
     memories = {
         walk: EpisodicMemory(
             bench.engine,
@@ -123,7 +124,8 @@ async def _measure(
             TIMEOUT,
             TIMEOUT,
             default_embedder=bench.spec,
-            entities=bench.entities if walk else (lambda _text: []),
+            entities=bench.entities,
+            walk=True if walk else None,
         )
         for walk in (True, False)
     }
@@ -138,8 +140,8 @@ async def _measure(
         if n >= WARMUP and time.monotonic() > deadline:
             break
         for runtime in runtimes:
-            engine = runtime.removesuffix("-nowalk")
-            memory = memories[not runtime.endswith("-nowalk")]
+            engine = runtime.removesuffix("-walk")
+            memory = memories[runtime.endswith("-walk")]
             if engine in ("onnx", "torch"):  # else: a candidate's name (one runtime of its own)
                 local_embedder.use_runtime(engine)  # type: ignore[arg-type]
             turn = ChatTurn("q", scope, bench.config, (Message(role="user", content=text),), text)
@@ -169,7 +171,7 @@ async def _measure(
             times[runtime]["embed"].append((t2 - t1) * 1000)
             times[runtime]["search"].append((t3 - t2) * 1000)
             hits.append(len(ranked))
-    first = runtimes[0].removesuffix("-nowalk")
+    first = runtimes[0].removesuffix("-walk")
     if first in ("onnx", "torch"):
         local_embedder.use_runtime(first)  # type: ignore[arg-type]
     return {
