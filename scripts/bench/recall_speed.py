@@ -139,20 +139,23 @@ async def _measure(
     for n, text in enumerate(questions):
         if n >= WARMUP and time.monotonic() > deadline:
             break
-        for runtime in runtimes:
+        for i, runtime in enumerate(runtimes):
             engine = runtime.removesuffix("-walk")
             memory = memories[runtime.endswith("-walk")]
             if engine in ("onnx", "torch"):  # else: a candidate's name (one runtime of its own)
                 local_embedder.use_runtime(engine)  # type: ignore[arg-type]
-            turn = ChatTurn("q", scope, bench.config, (Message(role="user", content=text),), text)
+            # Each runtime asks its own spelling of the question (" ." added per runtime): the
+            # local embedder keeps recent query vectors, so the second runtime asking the same
+            # text would time the cache, not its model.
+            asked = text + " ." * i
+            turn = ChatTurn("q", scope, bench.config, (Message(role="user", content=asked),), asked)
             t0 = time.perf_counter()
             found = await memory.recall(turn)
             ranked = rank(found.candidates, Ranking(), time.time())
             t1 = time.perf_counter()
-            # One more token (" ."): not the local embedder's cached vector of `text` that
-            # recall just made (its cache key strips whitespace, so a trailing space hit it
-            # and timed the cache), at the cost of one token.
-            (vector,) = await bench.embedders.embed(bench.spec, [text + " ."])
+            # Yet another spelling: not a vector the embedder keeps from the recalls above (its
+            # cache key strips whitespace, so a trailing space hit it and timed the cache).
+            (vector,) = await bench.embedders.embed(bench.spec, [text + " ." * (len(runtimes) + i)])
             t2 = time.perf_counter()
             await bench.executor.run(
                 lambda: index.hybrid_search(
