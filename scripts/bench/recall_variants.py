@@ -26,6 +26,7 @@ class Variant:
     dated: bool = False
     apply: str = "both"  # where the weights apply: "both", "engine" (only), "forge" (only)
     preset: str = "default"  # a named preset of the ranking configuration
+    depth: int | None = None  # candidates recall hands the forge (`EpisodicMemory`'s `depth`)
     # Fields of the ranking configuration (snake or camel names) -> values.
     ranking: tuple[tuple[str, float | bool], ...] = ()
 
@@ -35,9 +36,11 @@ class Variant:
 
     def describe(self) -> str:
         extra = f", preset {self.preset}" if self.preset != "default" else ""
+        extra += f", {self.depth} candidates" if self.depth is not None else ""
         extra += "".join(f", {k}={v}" for k, v in self.ranking)
         if self.dense is None:
-            return "product defaults (no setting passed)" + extra
+            dated = ", stored at the sessions' dates" if self.dated else ""
+            return "product defaults (no setting passed)" + dated + extra
         return self._weights() + extra
 
     def _weights(self) -> str:
@@ -70,15 +73,18 @@ DEFAULT_VARIANTS = (
 def parse_variants(spec: str) -> list[Variant]:
     """`product` (always first) plus e.g. "ctx-0.5/1", "plain-1/1", "ctx-1/1-dated";
     "-engine" / "-forge" apply the weights to the engine's fusion or the forge's rank only;
-    "+name=value" sets a field of the ranking configuration, "+preset=name" a named preset
-    (e.g. "product+preset=keyword", "ctx-1/1+recencyWeight=0")."""
+    "+name=value" sets a field of the ranking configuration, "+preset=name" a named preset,
+    "+depth=N" how many candidates recall hands the forge
+    (e.g. "product+preset=keyword", "ctx-1/1+recencyWeight=0"); "product-dated" is the
+    product with the messages stored at their sessions' dates."""
     out = [PRODUCT]
     for part in (p.strip() for p in spec.split(",")):
         if not part or part == "product":
             continue
         head, *settings = part.split("+")
-        if head == "product":
-            out.append(_with_settings(PRODUCT, part, settings))
+        if head in ("product", "product-dated"):
+            base = dataclasses.replace(PRODUCT, dated=head.endswith("-dated"))
+            out.append(_with_settings(base, part, settings))
             continue
         match = _SPEC.fullmatch(head)
         if match is None:
@@ -99,6 +105,7 @@ def parse_variants(spec: str) -> list[Variant]:
 
 def _with_settings(variant: Variant, name: str, settings: Sequence[str]) -> Variant:
     chosen = variant.preset
+    depth = variant.depth
     fields: list[tuple[str, float | bool]] = []
     for setting in settings:
         match = _SETTING.fullmatch(setting)
@@ -106,10 +113,12 @@ def _with_settings(variant: Variant, name: str, settings: Sequence[str]) -> Vari
             raise ValueError(f"variant {name!r}: want +name=value, got {setting!r}")
         if match.group(1) == "preset":
             chosen = match.group(2)
+        elif match.group(1) == "depth":
+            depth = int(match.group(2))
         else:
             raw = match.group(2)
             value = {"true": True, "false": False}.get(raw.lower()) if raw.isalpha() else None
             fields.append((match.group(1), float(raw) if value is None else value))
-    out = dataclasses.replace(variant, name=name, preset=chosen, ranking=tuple(fields))
+    out = dataclasses.replace(variant, name=name, preset=chosen, ranking=tuple(fields), depth=depth)
     out.rank_config()  # an unknown field, preset or value is refused here, not mid-run
     return out

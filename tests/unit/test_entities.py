@@ -22,6 +22,11 @@ from memory_bridge.core.entities import MAX_ENTITIES, extract
         ("我上周和王老师去了杭州市，读了《三体》。", ["三体", "王老师", "杭州市"]),
         ("她今年30岁", ["30 岁"]),
         ("what a lovely day", []),
+        # A name ends at punctuation; a colon starts a sentence; "I" and its contractions
+        # are never names.
+        ("Maria: Yep, John! We'll go.", ["maria", "john"]),
+        ("Nate: I'm drawn to turtles. They're unique, I've heard.", ["nate"]),
+        ("Thanks, Mel; Caroline, Jon and Gina came.", ["mel", "caroline", "jon", "gina"]),
         ("", []),
     ],
 )

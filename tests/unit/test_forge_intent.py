@@ -69,3 +69,5 @@ def test_memories_only_the_relational_fetch_reached_count_only_when_it_weighs() 
 
     assert kept(Ranking()) == (PLACE,)  # weight 0: not ranked at all
     assert set(kept(preset("graph"))) == {PLACE, "Ingrid started a pottery class"}
+    # As a boost only: the walk raises what the searches found, adds nothing of its own.
+    assert kept(preset("graph_boost")) == (PLACE,)

@@ -87,3 +87,47 @@ def test_an_entity_named_everywhere_is_not_followed(engine: EdgeEngine) -> None:
     walked = _walk(index, "ada", "When did Caroline go to Lisbon?")
     # "caroline" is a hub: only the Lisbon memory, through "lisbon".
     assert walked == [("Caroline went to Lisbon", 1, "lisbon")]
+
+
+async def test_recall_walks_only_for_a_token_that_weighs_the_walk(tmp_path: Path) -> None:
+    """The walk is work on the request's path: a token whose `graphWeight` is 0 (the default)
+    gets none, and the one that weighs it gets the memories it reaches."""
+    import httpx
+
+    from memory_bridge.core.blocking import BlockingExecutor
+    from memory_bridge.core.messages import Message
+    from memory_bridge.core.turn import Reply, Scope, Turn
+    from memory_bridge.embedding.embedders import Embedders
+    from memory_bridge.sources.base import Exchange
+    from memory_bridge.sources.episodic import EpisodicMemory
+    from memory_bridge.tenancy.config import TokenConfig
+
+    engine = EdgeEngine(tmp_path / "edge")
+    executor = BlockingExecutor(1, "test")
+    client = httpx.AsyncClient()
+    memory = EpisodicMemory(engine, Embedders(client, executor), executor, 30.0, 30.0)
+    plain = TokenConfig(name="plain", llm_base_url="http://127.0.0.1:9")
+    weighing = TokenConfig(
+        name="graph", llm_base_url="http://127.0.0.1:9", memory={"forge": {"graphWeight": 1}}
+    )
+    try:
+        said = "Ingrid started a pottery class in Trondheim."
+        scope = Scope(token_id=1, user="u", session="a")
+        new = (Message(role="user", content=said),)
+        turn = Turn("e1", scope, plain, new, said)
+        await memory.remember(Exchange(turn, new, Reply(content="Nice!"), event_id="e1"))
+        question = "Who lives in Trondheim?"
+        asked = (Message(role="user", content=question),)
+
+        async def graph_ranks(config: TokenConfig) -> list[int | None]:
+            ask = Turn("q", Scope(token_id=1, user="u", session="b"), config, asked, question)
+            return [c.graph_rank for c in (await memory.recall(ask)).candidates]
+
+        assert not memory.walks(plain) and memory.walks(weighing)
+        found = await graph_ranks(plain)
+        assert found and all(r is None for r in found)  # found by its words, not walked to
+        assert 1 in await graph_ranks(weighing)  # "trondheim" reached it too
+    finally:
+        await client.aclose()
+        await executor.shutdown(5.0)
+        engine.close()

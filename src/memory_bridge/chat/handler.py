@@ -212,7 +212,6 @@ class ChatHandler:
         asks this too, so a tool's search and a chat request rank alike."""
         intent = classify(turn.query)
         rules = self.rules_for(turn.config.memory_config.forge, intent)
-        turn = replace(turn, relational=rules.graph_weight > 0)
         recalls = await recall_all(self._sources, turn)
         if drop_history:
             # Still recalled: the history source also tells what of the request is stored.

@@ -1,16 +1,16 @@
 """Entities named in a text, by rules (no model, no LLM): the first part of the design's
 relational fetch (Stage 1.3), shared by what indexes a message and what reads a question.
 
-Found: runs of capitalised words ("Caroline", "New York", "Bank of America"), not counting a
-sentence's first word when it is a common one ("When", "My"); quoted titles ("Becoming",
-“The Four Seasons”, 《三体》); numbers with a unit ("5 km", "3 years", "$20"); Chinese names
-marked by a title or kinship word (王老师, 李先生) or a place suffix (杭州市). Each entity is
-returned with a normalised key (case-folded, spaces collapsed), so "new york" in a question
-meets "New York" in a memory.
+Found: runs of capitalised words ("Caroline", "New York", "Bank of America"), ended by any
+punctuation, not counting a sentence's first word when it is a common one ("When", "My");
+quoted titles ("Becoming", “The Four Seasons”, 《三体》); numbers with a unit ("5 km",
+"3 years", "$20"); Chinese names marked by a title or kinship word (王老师, 李先生) or a
+place suffix (杭州市). Each entity is returned with a normalised key (case-folded, spaces
+collapsed), so "new york" in a question meets "New York" in a memory.
 
 What rules miss: lower-case names, Chinese names without a marker, and anything that needs
-context to be told apart from a common word. A packaged NER model would find more; none that
-loads offline was measured against these rules yet (docs/decisions.md).
+context to be told apart from a common word. spaCy's small English NER model was measured
+against them (docs/decisions.md, "Entities by rules"): no gain in recall, 250 times slower.
 """
 
 from __future__ import annotations
@@ -122,9 +122,21 @@ _COMMON = frozenset(
         "great",
         "good",
         "nice",
+        "yep",
+        "yup",
+        "nope",
+        "cool",
+        "awesome",
+        "sorry",
+        "congrats",
+        "congratulations",
+        "haha",
+        "lol",
+        "hmm",
     ]
 )
-_JOINERS = frozenset({"of", "the", "de", "van", "von", "and", "&"})
+# Not "and": in conversation "Jon and Gina" is two people far more often than one company.
+_JOINERS = frozenset({"of", "the", "de", "van", "von", "&"})
 _WORD = re.compile(r"[A-Z][\w'’.-]*|[a-z][\w'’-]*|&")
 _QUOTED = re.compile(r"\"([^\"]{2,80})\"|“([^”]{2,80})”|《([^》]{1,40})》|「([^」]{1,40})」")
 _UNITS = (
@@ -142,7 +154,10 @@ _CJK_TITLED = re.compile(
     r"|[\u4e00-\u9fff]{2}(?:市|省|县|大学|公司|医院)"
 )
 _MONEY = re.compile(r"(?<![\w.])[$€£]\d+(?:[.,]\d+)?")
-_SENTENCE_END = re.compile(r"[.!?。！？]\s*$")
+# What ends a sentence, or starts a new one after it: a colon or semicolon too ("Maria: For
+# me…", a speaker's label, a list).
+_SENTENCE_END = re.compile(r"[.!?:;。！？：；][\s\"'“‘(]*$")
+_APOSTROPHES = re.compile(r"['’]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,17 +171,22 @@ def _key(text: str) -> str:
 
 
 def _capitalised(text: str) -> list[str]:
-    """Runs of capitalised words; a joiner ("of") only inside a run."""
+    """Runs of capitalised words; a joiner ("of") only inside a run. A run is one name only
+    while nothing but spaces separates its words: "Yep, John! Keep going" names "John", not
+    "Yep John Keep"."""
     found: list[str] = []
     run: list[str] = []
-    sentence_start = True
+    end = 0  # where the previous word ended
     for match in _WORD.finditer(text):
         word = match.group().rstrip(".")
+        gap = text[end : match.start()]
+        end = match.end()
+        if run and gap.strip():  # punctuation between two words ends a name
+            found.append(" ".join(run))
+            run = []
         before = text[: match.start()]
-        starts = sentence_start or bool(_SENTENCE_END.search(before)) or not before.strip()
-        sentence_start = False
-        capital = word[:1].isupper()
-        if capital and not (starts and word.casefold() in _COMMON) and word != "I":
+        starts = not before.strip() or bool(_SENTENCE_END.search(before))
+        if word[:1].isupper() and not _common(word, starts):
             run.append(word)
             continue
         if run and word.casefold() in _JOINERS and _next_is_capital(text, match.end()):
@@ -178,6 +198,15 @@ def _capitalised(text: str) -> list[str]:
     if run:
         found.append(" ".join(run))
     return [name.removesuffix("'s").removesuffix("’s") for name in found]
+
+
+def _common(word: str, starts_sentence: bool) -> bool:
+    """A capitalised word that names nothing: "I" and its contractions ("I'm", "I've")
+    anywhere; a common word ("When", "They're") at the start of a sentence."""
+    base = _APOSTROPHES.split(word, maxsplit=1)[0]
+    if base == "I":
+        return True
+    return starts_sentence and base.casefold() in _COMMON
 
 
 def _next_is_capital(text: str, end: int) -> bool:

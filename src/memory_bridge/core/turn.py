@@ -28,9 +28,6 @@ class Turn:
     config: TokenConfig
     messages: tuple[Message, ...]
     query: str
-    # Whether the relational fetch (a walk over the entity index) may count: the request's
-    # ranking gives it a weight. Off, the walk is skipped, not just ignored by the forge.
-    relational: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,7 @@ from typing import Any
 
 from memory_bridge.core.blocking import BlockingExecutor
 from memory_bridge.core.candidates import Candidate
-from memory_bridge.core.entities import extract
+from memory_bridge.core.entities import Entity, extract
 from memory_bridge.core.turn import Turn
 from memory_bridge.embedding.embedders import SPARSE_ONLY, Embedders, EmbedderSpec, episodic_spec
 from memory_bridge.sources.base import Exchange, OnRecallFailure, Recall
@@ -99,17 +99,26 @@ class EpisodicMemory:
         sparse_weight: float = 1.0,
         index_context: bool = True,
         clock: Callable[[], float] = time.time,
+        entities: Callable[[str], Sequence[Entity]] = extract,
+        depth: int = DEPTH,
+        walk: bool | None = None,
         default_embedder: EmbedderSpec = SPARSE_ONLY,
         generations: Generations | None = None,
     ) -> None:
         # The keyword arguments are the fusion weights of the engine's hybrid search, whether
-        # the sparse side indexes a message with its context, and the clock of `created_at`:
-        # defaults for the proxy, set otherwise by the benchmarks (scripts/bench_recall.py).
+        # the sparse side indexes a message with its context, the clock of `created_at` and
+        # the entity extraction of the relational fetch, how many candidates recall hands the
+        # forge, and whether the relational walk runs (None: when the token weighs it, see
+        # `walks`): defaults for the proxy, set otherwise by the benchmarks
+        # (scripts/bench_recall.py).
         self._enabled = enabled
         self._dense_weight = dense_weight
         self._sparse_weight = sparse_weight
         self._index_context = index_context
         self._clock = clock
+        self._entities = entities
+        self._depth = depth
+        self._walk = walk
         self._engine = engine
         self._embedders = embedders
         self._executor = executor
@@ -121,6 +130,18 @@ class EpisodicMemory:
     @property
     def default_embedder(self) -> EmbedderSpec:
         return self._default
+
+    def walks(self, config: TokenConfig) -> bool:
+        """Whether recall runs the relational walk for this token: only where its rank can
+        count, i.e. the token's `memory.forge` weighs it (`graphWeight` > 0; the server's
+        ranking and the intents' presets leave it at 0). The walk is a few filtered scrolls of
+        the user's points on the request's path, worth nothing while its rank weighs 0."""
+        if self._walk is not None:
+            return self._walk
+        forge = config.memory_config.forge
+        return (
+            forge is not None and "graph_weight" in forge.given and forge.ranking.graph_weight > 0
+        )
 
     def consumes(self, config: TokenConfig) -> bool:
         return self._spec(config) is not None
@@ -153,7 +174,7 @@ class EpisodicMemory:
             if embed_here is None:
                 (vector,) = await self._embedders.embed(shard.spec, [query])
             token_id = turn.scope.token_id
-            seeds = [e.key for e in extract(query)] if turn.relational else []
+            seeds = [e.key for e in self._entities(query)] if self.walks(turn.config) else []
 
             def search() -> tuple[list[HybridHit], list[GraphHit]]:
                 # One thread hop for all the calls: each hop costs the request time.
@@ -167,7 +188,7 @@ class EpisodicMemory:
                     query_dense=dense or None,
                     query_text=query,
                     where=Where(user=user, kind=KIND),
-                    limit=DEPTH,
+                    limit=self._depth,
                     prefetch_limit=PREFETCH,
                     dense_weight=self._dense_weight,
                     sparse_weight=self._sparse_weight,
@@ -268,7 +289,7 @@ class EpisodicMemory:
                         session=scope.session,
                         event_id=exchange.event_id or None,
                         created_at=created_at,
-                        entities=tuple(e.key for e in extract(text)),
+                        entities=tuple(e.key for e in self._entities(text)),
                     ),
                     index_text=in_context,
                 )

@@ -73,6 +73,10 @@ class Ranking(BaseModel):
     # (memories reached through a shared name crowd out direct matches): a token opts in. At
     # 0, memories only the fetch reached are not ranked at all.
     graph_weight: _Weight = 0.0
+    # Whether a memory only the relational fetch reached (found by neither the dense nor the
+    # keyword search) is ranked when `graph_weight` > 0. False: the graph rank only boosts
+    # memories the searches found too (a shared name as more evidence, not as the only one).
+    graph_reach: StrictBool = True
     recency_weight: _Weight = 0.1  # how much a fresh item gains over an old one
     half_life_days: Annotated[float, Field(gt=0.0, le=36_500.0)] = 30.0
     importance_weight: _Weight = 0.1
@@ -188,6 +192,8 @@ PRESETS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
         "no_floor": partial({"dense_floor": 0, "sparse_floor": 0}),
         "no_intent": partial({"intent_weights": False}),
         "graph": partial({"graph_weight": 1.0}),
+        # The graph rank as a boost of what the searches found, never a memory of its own.
+        "graph_boost": partial({"graph_weight": 1.0, "graph_reach": False}),
         # The intents' presets (`context.forge.intent`, which says why).
         "temporal": partial({"recency_weight": 0.3}),
         "relational": partial({"source_weights": {"episodic": {"dense": 0.25, "sparse": 1}}}),

@@ -46,9 +46,11 @@ def _candidates(recall: Recall) -> list[Candidate]:
 
 
 def weighed(candidate: Candidate, ranking: Ranking) -> bool:
-    """False for a memory only the relational fetch reached while its weight is 0."""
+    """False for a memory only the relational fetch reached while its weight is 0, or while
+    the graph rank only boosts what the searches found (`graphReach` false)."""
     only_graph = candidate.dense_rank is None and candidate.sparse_rank is None
-    return not (only_graph and candidate.graph_rank is not None and ranking.graph_weight == 0)
+    unranked = ranking.graph_weight == 0 or not ranking.graph_reach
+    return not (only_graph and candidate.graph_rank is not None and unranked)
 
 
 def forge(

