@@ -18,6 +18,7 @@ from memory_bridge.chat.upstream import Upstream, create_session
 from memory_bridge.context.template import MemoryTemplate, load_template
 from memory_bridge.core import token_count
 from memory_bridge.core.heap import freeze_long_lived
+from memory_bridge.events.backlog import Bounds
 from memory_bridge.events.recorder import TurnRecorder
 from memory_bridge.http import admin, console, metrics_route, passthrough_routes
 from memory_bridge.http.body_limits import BodyLimits
@@ -31,6 +32,7 @@ from memory_bridge.jobs.wiring import create_worker
 from memory_bridge.lifecycle.import_staging import sweep_stale
 from memory_bridge.settings import Settings
 from memory_bridge.sources import summaries
+from memory_bridge.sources.episodic import EpisodicMemory
 from memory_bridge.sources.services import MemoryServices, open_memory_services
 from memory_bridge.storage.console_sessions import ConsoleSessions
 from memory_bridge.storage.health import StorageHealth
@@ -68,11 +70,18 @@ class _EdgeFirst(FastAPI):
 def _recorder(settings: Settings, memory: MemoryServices) -> TurnRecorder:
     # A turn's summary job is due once its session has been idle that long (sources.summaries).
     delays = {summaries.CONSUMER: settings.summary_idle_seconds}
+    # Past the backlog's bounds, the episodic index's jobs are coalesced (events.backlog).
+    bounds = Bounds(
+        per_token=settings.job_max_pending_per_token,
+        overall=settings.job_max_pending,
+        coalescible=frozenset({EpisodicMemory.name}),
+    )
     return TurnRecorder(
         memory.db,
         settings.max_stored_message_bytes,
         delays,
         settings.max_stored_messages_per_turn,
+        bounds,
     )
 
 
