@@ -190,15 +190,18 @@ def queue_depth(counts: dict[tuple[str, str], int], lag: float | None) -> None:
     )
 
 
+_BACKLOG_CONSUMERS: set[str] = set()
+
+
 def backlog(counts: dict[tuple[str, str], int], lags: dict[str, float]) -> None:
     """The backlog per consumer: its open jobs and its freshness lag."""
     pending: dict[str, int] = {}
     for (consumer, status), count in counts.items():
         if status in ("pending", "running", "coalesced"):
             pending[consumer] = pending.get(consumer, 0) + count
-    PENDING_JOBS.clear()
-    FRESHNESS_LAG.clear()
-    for consumer in {*pending, *lags}:
+    # A consumer once seen stays at 0 rather than vanishing: an alert on it sees the drain.
+    _BACKLOG_CONSUMERS.update(pending, lags)
+    for consumer in _BACKLOG_CONSUMERS:
         PENDING_JOBS.labels(consumer).set(pending.get(consumer, 0))
         FRESHNESS_LAG.labels(consumer).set(lags.get(consumer, 0.0))
 

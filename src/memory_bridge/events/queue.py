@@ -224,7 +224,7 @@ _SUCCESSOR = (
         jobs.c.order_key == bindparam("job_order_key"),
         jobs.c.consumer == bindparam("job_consumer"),
         jobs.c.id > bindparam("job_id"),
-        jobs.c.status == PENDING,
+        jobs.c.status.in_((PENDING, COALESCED)),
     )
     .limit(1)
 )
