@@ -20,7 +20,7 @@ from memory_bridge.core import token_count
 from memory_bridge.core.heap import freeze_long_lived
 from memory_bridge.events.backlog import Bounds
 from memory_bridge.events.recorder import TurnRecorder
-from memory_bridge.http import admin, console, metrics_route, passthrough_routes
+from memory_bridge.http import admin, console, metrics_route, openapi, passthrough_routes
 from memory_bridge.http.body_limits import BodyLimits
 from memory_bridge.http.edge import EdgeMiddleware
 from memory_bridge.http.errors import install_error_handlers
@@ -186,13 +186,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         title="MemoryBridge",
         version="0.1.0",
         lifespan=lifespan,
-        # The admin API's reference, for the admin token only (the edge checks).
-        docs_url="/docs",
+        # The API's schema, for the admin token only (the edge checks). No /docs page: Swagger
+        # UI would load its assets from a CDN (blank offline), and a bearer-only page cannot be
+        # opened by a browser anyway (docs/decisions.md, "The API reference").
+        docs_url=None,
         redoc_url=None,
         openapi_url="/openapi.json",
-        swagger_ui_oauth2_redirect_url=None,  # no OAuth flow: nothing to serve below /docs
+        swagger_ui_oauth2_redirect_url=None,
     )
     install_error_handlers(app)
+    openapi.install(app)  # the proxied routes (plain ASGI) listed beside FastAPI's
 
     @app.get("/ready")
     async def ready(request: Request) -> JSONResponse:
