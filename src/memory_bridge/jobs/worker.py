@@ -13,9 +13,10 @@ A failure is retried with exponential backoff up to `max_attempts`, then the job
 A job of a consumer that can run a batch (`BatchConsumer`: the episodic index) is claimed with
 up to `batch - 1` more due jobs of its token and consumer (`events.backlog`): a backlog is
 indexed in batches, one embedding call and one upsert each, the batch taking one slot of
-`concurrency`. Coalesced jobs (past the backlog's bound) are claimed only when no due pending
-job is left for a slot. A batch that fails is run again job by job, each with its own
-retries: one bad turn never fails the others.
+`concurrency`, and at most `batch_runs` (one) such runs at a time: the worker's share of the
+CPU-bound pool that recall uses is one thread, whatever the backlog. Coalesced jobs (past the
+backlog's bound) are claimed only when no due pending job is left for a slot. A batch that
+fails is run again job by job, each with its own retries: one bad turn never fails the others.
 
 After each job the worker tells `after_job` (the vector shard optimizer) which token it worked
 for: maintenance that must never run in a request (an HNSW build) is started from here, in the
@@ -79,6 +80,10 @@ class WorkerSettings:
     retention: float = 7 * 86400.0  # how long a done job is kept (seconds since it ended)
     purge_every: float = 600.0  # seconds between two looks for done jobs past their retention
     batch: int = 32  # jobs of one token a batch consumer runs at once (1: job by job)
+    # Runs of batch consumers at once: their work is CPU (embeddings, upserts) in the pool that
+    # recall shares, so one run at a time bounds the worker's share; a backlog batches up
+    # behind it.
+    batch_runs: int = 1
 
 
 class JobWorker:
@@ -100,7 +105,9 @@ class JobWorker:
         self._stopping = False
         self._running: dict[asyncio.Task[None], tuple[Job, ...]] = {}
         self._batchable = tuple(
-            name for name, c in self._consumers.items() if isinstance(c, BatchConsumer)
+            name
+            for name, c in self._consumers.items()
+            if isinstance(c, BatchConsumer) and settings.batch > 1
         )
         # Whether the last look for jobs may have left claimable ones behind for want of a
         # free slot: a job's end then looks again. Otherwise it looks again only when the
@@ -130,7 +137,7 @@ class JobWorker:
             claimed: list[list[tuple[Job, Loaded]]] = []
             if free > 0:
                 try:
-                    claimed = await self._db.write(self._claim(free))
+                    claimed = await self._db.write(self._claim(free, self._batch_room()))
                 except Exception as exc:
                     log.error("claiming jobs failed: %s", type(exc).__name__)
             for group in claimed:
@@ -193,19 +200,37 @@ class JobWorker:
             self._next_purge = time.monotonic() + self._settings.purge_every
 
     def _finished(self, task: asyncio.Task[None]) -> None:
-        self._running.pop(task, None)
-        if self._full:
-            self._wake.set()  # a slot is free for a job the last look had no room for
+        jobs = self._running.pop(task, ())
+        if self._full or (jobs and jobs[0].consumer in self._batchable):
+            # A slot is free for a job the last look had no room for; or the batch run that
+            # kept its consumer's backlog waiting ended.
+            self._wake.set()
 
-    def _claim(self, limit: int) -> Callable[[Connection], list[list[tuple[Job, Loaded]]]]:
-        """Up to `limit` runs: a job alone, or a batch of one token's jobs of a consumer."""
-        owner, lease, consumers = self.owner, self._settings.lease, tuple(self._consumers)
-        batchable, size = self._batchable, self._settings.batch
+    def _batch_room(self) -> int:
+        """Runs of batch consumers that may start now (`WorkerSettings.batch_runs`)."""
+        running = sum(1 for jobs in self._running.values() if jobs[0].consumer in self._batchable)
+        return self._settings.batch_runs - running
 
-        def work(conn: Connection) -> list[list[tuple[Job, Loaded]]]:
+    def _claim(
+        self, limit: int, batch_limit: int
+    ) -> Callable[[Connection], list[list[tuple[Job, Loaded]]]]:
+        """Up to `limit` runs: a job alone, or (at most `batch_limit` of them) a batch of one
+        token's jobs of a batch consumer."""
+        owner, lease, batchable = self.owner, self._settings.lease, self._batchable
+        plain = tuple(name for name in self._consumers if name not in batchable)
+        size = self._settings.batch
+
+        def heads(conn: Connection, limit: int, consumers: tuple[str, ...]) -> list[Job]:
+            if limit <= 0 or not consumers:
+                return []
             jobs = queue.claim(conn, owner, limit, lease, consumers)
             if len(jobs) < limit:  # the backlog past the bound, once no due pending job is left
                 jobs += backlog.claim_coalesced(conn, owner, limit - len(jobs), lease, consumers)
+            return jobs
+
+        def work(conn: Connection) -> list[list[tuple[Job, Loaded]]]:
+            jobs = heads(conn, limit, plain)
+            jobs += heads(conn, min(limit - len(jobs), batch_limit), batchable)
             groups: dict[tuple[int, str], list[Job]] = {}
             runs: list[list[Job]] = []
             for job in jobs:
@@ -213,10 +238,14 @@ class JobWorker:
                     groups.setdefault((job.token_id, job.consumer), []).append(job)
                 else:
                     runs.append([job])
-            for (token_id, consumer), batch in groups.items():
-                more = size - len(batch)
-                batch += backlog.claim_companions(conn, owner, lease, token_id, consumer, more)
-                runs.append(batch)
+            for (token_id, consumer), group in groups.items():
+                # At most `size` jobs a batch: the claimed ones cut, the last batch filled up.
+                batches = [group[i : i + size] for i in range(0, len(group), size)]
+                more = size - len(batches[-1])
+                batches[-1] += backlog.claim_companions(
+                    conn, owner, lease, token_id, consumer, more
+                )
+                runs += batches
             # Each job's event is read in the same unit: one database round trip less per job
             # (every turn of a memory token has jobs run in the serving process).
             return [[(job, _loaded(conn, job.event_id)) for job in run] for run in runs]
