@@ -90,7 +90,7 @@ def _until_ready(mb: MemoryBridge) -> None:
 def measure(
     args: argparse.Namespace, children: Children, tmp: Path, upstream: str, build: str
 ) -> Outcome:
-    src = None if build == "mb" else Path(args.baseline_src).resolve() / "src"
+    src = None if build.startswith("mb") else Path(args.baseline_src).resolve() / "src"
     mb = start_memorybridge(children, tmp, upstream, f"memorybridge-{build}", src)
     _until_ready(mb)
     token_id = mb.token_ids[-1]  # the memory token: curated + history + episodic
@@ -187,6 +187,12 @@ def main() -> None:
     parser.add_argument("--sample", type=float, default=5.0)
     parser.add_argument("--drain-limit", type=float, default=900.0)
     parser.add_argument("--baseline-src", default="")
+    parser.add_argument(
+        "--batch-runs",
+        type=lambda v: [int(n) for n in v.split(",")],
+        default=[],
+        help="JOB_BATCH_RUNS values to measure this tree with, one build each (e.g. 1,2)",
+    )
     args = parser.parse_args()
     outcomes = []
     with tempfile.TemporaryDirectory(prefix="mb-backlog-") as raw_tmp:
@@ -194,7 +200,10 @@ def main() -> None:
         children = Children(logs=tmp)
         try:
             upstream, _ = start_fake_upstream(children, tmp)
-            for build in ["mb", *(["base"] if args.baseline_src else [])]:
+            builds = [f"mb-runs{n}" for n in args.batch_runs] or ["mb"]
+            for build in [*builds, *(["base"] if args.baseline_src else [])]:
+                if build.startswith("mb-runs"):  # this tree's JOB_BATCH_RUNS, in the child's env
+                    os.environ["JOB_BATCH_RUNS"] = build.removeprefix("mb-runs")
                 outcomes.append(measure(args, children, tmp, upstream, build))
                 print(f"{build} measured", file=sys.stderr, flush=True)
         finally:

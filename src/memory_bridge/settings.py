@@ -114,6 +114,9 @@ class Settings(BaseSettings):
     job_max_pending: int = Field(default=2_000, gt=0, le=10_000_000)
     # Jobs of one token an episodic batch indexes at once (one embedding call, one upsert).
     job_batch_size: int = Field(default=32, ge=1, le=1_000)
+    # Runs of the episodic index (a lone job or a batch) one worker has at once: its share of the
+    # pool recall shares (MEMORY_THREADS).
+    job_batch_runs: int = Field(default=1, ge=1, le=64)
 
     # Bounds on what a client (or an upstream) can make the proxy hold (docs/configuration.md).
     max_request_bytes: int = Field(default=32 * 1024 * 1024, gt=0)

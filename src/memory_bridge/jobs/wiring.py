@@ -53,6 +53,7 @@ def create_worker(memory: MemoryServices) -> JobWorker:
         backoff=settings.job_backoff_seconds,
         retention=settings.job_retention_seconds,
         batch=settings.job_batch_size,
+        batch_runs=settings.job_batch_runs,
     )
     # Shard optimisation is started by the worker, off every request's path.
     after_job = memory.optimizer.poke if memory.optimizer is not None else None

@@ -13,10 +13,11 @@ A failure is retried with exponential backoff up to `max_attempts`, then the job
 A job of a consumer that can run a batch (`BatchConsumer`: the episodic index) is claimed with
 up to `batch - 1` more due jobs of its token and consumer (`events.backlog`): a backlog is
 indexed in batches, one embedding call and one upsert each, the batch taking one slot of
-`concurrency`, and at most `batch_runs` (one) such runs at a time: the worker's share of the
-CPU-bound pool that recall uses is one thread, whatever the backlog. Coalesced jobs (past the
-backlog's bound) are claimed only when no due pending job is left for a slot. A batch that
-fails is run again job by job, each with its own retries: one bad turn never fails the others.
+`concurrency`, and at most `batch_runs` (one by default) such runs at a time: the worker's
+share of the CPU-bound pool that recall uses is that many threads, whatever the backlog.
+Coalesced jobs (past the backlog's bound) are claimed only when no due pending job is left for
+a slot. A batch that fails is run again job by job, each with its own retries: one bad turn
+never fails the others.
 
 After each job the worker tells `after_job` (the vector shard optimizer) which token it worked
 for: maintenance that must never run in a request (an HNSW build) is started from here, in the
@@ -80,9 +81,9 @@ class WorkerSettings:
     retention: float = 7 * 86400.0  # how long a done job is kept (seconds since it ended)
     purge_every: float = 600.0  # seconds between two looks for done jobs past their retention
     batch: int = 32  # jobs of one token a batch consumer runs at once (1: job by job)
-    # Runs of batch consumers at once: their work is CPU (embeddings, upserts) in the pool that
-    # recall shares, so one run at a time bounds the worker's share; a backlog batches up
-    # behind it.
+    # Runs of batch consumers at once (JOB_BATCH_RUNS): their work is CPU (embeddings, upserts)
+    # in the pool that recall shares, so this bounds the worker's share; a backlog batches up
+    # behind them.
     batch_runs: int = 1
 
 
