@@ -187,6 +187,7 @@ def main() -> None:
     parser.add_argument("--sample", type=float, default=5.0)
     parser.add_argument("--drain-limit", type=float, default=900.0)
     parser.add_argument("--baseline-src", default="")
+    parser.add_argument("--base-first", action="store_true", help="measure the baseline first")
     parser.add_argument(
         "--batch-runs",
         type=lambda v: [int(n) for n in v.split(",")],
@@ -201,7 +202,10 @@ def main() -> None:
         try:
             upstream, _ = start_fake_upstream(children, tmp)
             builds = [f"mb-runs{n}" for n in args.batch_runs] or ["mb"]
-            for build in [*builds, *(["base"] if args.baseline_src else [])]:
+            order = [*builds, *(["base"] if args.baseline_src else [])]
+            if args.base_first:
+                order = order[-1:] + order[:-1]
+            for build in order:
                 if build.startswith("mb-runs"):  # this tree's JOB_BATCH_RUNS, in the child's env
                     os.environ["JOB_BATCH_RUNS"] = build.removeprefix("mb-runs")
                 outcomes.append(measure(args, children, tmp, upstream, build))

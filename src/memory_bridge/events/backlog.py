@@ -66,13 +66,68 @@ _SCHEDULED_COUNTS = select(
 
 def past_bound(conn: Connection, token_id: int, bounds: Bounds) -> bool:
     """Whether the token's scheduled jobs, or everyone's, have reached their bound."""
+    mine, everyone = scheduled(conn, token_id, bounds)
+    return mine >= bounds.per_token or everyone >= bounds.overall
+
+
+def scheduled(conn: Connection, token_id: int, bounds: Bounds) -> tuple[int, int]:
+    """The token's scheduled jobs and everyone's, each counted up to its bound."""
     params = {
         "bound_token": token_id,
         "bound_per_token": bounds.per_token,
         "bound_overall": bounds.overall,
     }
     mine, everyone = conn.execute(_SCHEDULED_COUNTS, params).one()
-    return int(mine) >= bounds.per_token or int(everyone) >= bounds.overall
+    return int(mine), int(everyone)
+
+
+@dataclass(slots=True)
+class _Count:
+    at: float  # time.monotonic() of the count
+    count: int  # scheduled jobs then, this turn's included
+    seq: int  # turns decided (counted or not) up to and including the counting one
+
+
+class BoundGate:
+    """Whether a turn must count the scheduled jobs, or is surely under both bounds.
+
+    The count is a statement in every turn's transaction (~0.1 ms through the ORM core on a
+    busy machine): it runs only when this process's last count, plus the turns it has enqueued
+    since, could have reached a bound, or when that count is older than `recount` seconds
+    (another process may have enqueued meanwhile). A flood counts every turn; a quiet token
+    about once a `recount`. Approximate by the turns of other processes within `recount`, and by
+    turns of this one still committing when a count was taken."""
+
+    def __init__(self, bounds: Bounds, recount: float = 1.0) -> None:
+        self.bounds = bounds
+        self._recount = recount
+        self._tokens: dict[int, _Count] = {}
+        self._everyone = _Count(-recount, 0, 0)
+        self._seq: dict[int, int] = {}
+        self._all_seq = 0
+
+    def decide(self, token_id: int) -> tuple[bool, int, int]:
+        """(whether to count, the token's turn number, everyone's): call once per turn."""
+        self._seq[token_id] = seq = self._seq.get(token_id, 0) + 1
+        self._all_seq += 1
+        now, mine, everyone = time.monotonic(), self._tokens.get(token_id), self._everyone
+        sure = (
+            mine is not None
+            and now - mine.at < self._recount
+            and now - everyone.at < self._recount
+            and mine.count + seq - mine.seq < self.bounds.per_token
+            and everyone.count + self._all_seq - everyone.seq < self.bounds.overall
+        )
+        return not sure, seq, self._all_seq
+
+    def counted(self, token_id: int, counts: tuple[int, int], seqs: tuple[int, int]) -> None:
+        """The counts a turn's transaction read (before its own jobs), once it committed."""
+        if len(self._tokens) >= 10_000:  # a bounded memo, like the recorder's versions
+            self._tokens.clear()
+            self._seq = {token_id: seqs[0]}
+        now = time.monotonic()
+        self._tokens[token_id] = _Count(now, counts[0] + 1, seqs[0])
+        self._everyone = _Count(now, counts[1] + 1, seqs[1])
 
 
 def enqueue_bounded(
@@ -83,15 +138,19 @@ def enqueue_bounded(
     consumers: Sequence[str],
     delays: Mapping[str, float] | None,
     bounds: Bounds | None,
-) -> tuple[str, ...]:
-    """`queue.enqueue` under `bounds`; returns the consumers whose job was enqueued past the
-    bound (coalesced where it can be, pending otherwise)."""
-    if bounds is None or not consumers or not past_bound(conn, token_id, bounds):
+) -> tuple[tuple[str, ...], tuple[int, int] | None]:
+    """`queue.enqueue` under `bounds` (None: no count); returns the consumers whose job was
+    enqueued past the bound (coalesced where it can be, pending otherwise), and the counts."""
+    if bounds is None or not consumers:
         enqueue(conn, event_id, token_id, order_key, consumers, delays)
-        return ()
+        return (), None
+    counts = scheduled(conn, token_id, bounds)
+    if counts[0] < bounds.per_token and counts[1] < bounds.overall:
+        enqueue(conn, event_id, token_id, order_key, consumers, delays)
+        return (), counts
     statuses = {c: COALESCED for c in consumers if c in bounds.coalescible}
     enqueue(conn, event_id, token_id, order_key, consumers, delays, statuses)
-    return tuple(consumers)
+    return tuple(consumers), counts
 
 
 # A coalesced job becomes a batch's first job like a pending one (due, its session's earlier

@@ -22,7 +22,7 @@ from memory_bridge.core.message_bounds import bounded, truncate
 from memory_bridge.core.messages import Message
 from memory_bridge.core.turn import Reply, Scope
 from memory_bridge.events import log
-from memory_bridge.events.backlog import Bounds, enqueue_bounded
+from memory_bridge.events.backlog import BoundGate, Bounds, enqueue_bounded
 from memory_bridge.events.model import EventType, NewEvent, StoredEvent, session_aggregate
 from memory_bridge.storage.db import Database
 from memory_bridge.storage.sessions import stored_form
@@ -83,7 +83,8 @@ class TurnRecorder:
         bounds: Bounds | None = None,
     ) -> None:
         self._db = db
-        self._bounds = bounds  # the backlog's bounds (`events.backlog`); None: unbounded
+        # The backlog's bounds (`events.backlog`), counted when they may be near; None: none.
+        self._gate = BoundGate(bounds) if bounds is not None else None
         self._max_bytes = max_message_bytes
         self._delays = dict(delays or {})  # per consumer: seconds before its job is due
         self._max_messages = max_messages
@@ -118,9 +119,14 @@ class TurnRecorder:
 
         attempts = 0
         past: tuple[str, ...] = ()
+        counts: tuple[int, int] | None = None
+        gate, bounds, seqs = self._gate, None, (0, 0)
+        if gate is not None and consumers:
+            count_it, *numbers = gate.decide(scope.token_id)
+            bounds, seqs = (gate.bounds if count_it else None), (numbers[0], numbers[1])
 
         def work(conn: Connection) -> StoredEvent | None:
-            nonlocal attempts, past
+            nonlocal attempts, past, counts
             attempts += 1
             if conn.execute(_TOKEN_ROW, {"token_id": scope.token_id}).first() is None:
                 return None
@@ -135,14 +141,14 @@ class TurnRecorder:
                 started = {"user": scope.user, "session": scope.session}
                 events.insert(0, NewEvent(EventType.SESSION_STARTED, aggregate, started, meta))
             stored = log.append(conn, scope.token_id, events, versions={aggregate: version})
-            past = enqueue_bounded(
+            past, counts = enqueue_bounded(
                 conn,
                 appended.event_id,
                 scope.token_id,
                 order_key,
                 consumers,
                 self._delays,
-                self._bounds,
+                bounds,
             )
             return stored[-1]
 
@@ -157,8 +163,10 @@ class TurnRecorder:
         if len(self._versions) >= _VERSION_MEMO:
             self._versions.clear()
         self._versions[aggregate] = event.version
-        if past:
-            metrics.past_bound(past, self._bounds.coalescible if self._bounds else frozenset())
+        if gate is not None and counts is not None:
+            gate.counted(scope.token_id, counts, seqs)
+        if past and gate is not None:
+            metrics.past_bound(past, gate.bounds.coalescible)
         if consumers:
             for listener in self._listeners:
                 listener()
