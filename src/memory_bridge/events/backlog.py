@@ -31,6 +31,7 @@ from memory_bridge.events.queue import (
     PENDING,
     RUNNING,
     Job,
+    claim,
     claimable,
     enqueue,
 )
@@ -234,6 +235,48 @@ def claim_companions(
         "batch_consumer": consumer,
     }
     return _lease(conn, _COMPANIONS, params, owner)
+
+
+def _heads(
+    conn: Connection, owner: str, lease: float, limit: int, consumers: Sequence[str]
+) -> list[Job]:
+    """Due pending jobs first; coalesced ones only for the slots still free."""
+    if limit <= 0 or not consumers:
+        return []
+    jobs = claim(conn, owner, limit, lease, consumers)
+    if len(jobs) < limit:
+        jobs += claim_coalesced(conn, owner, limit - len(jobs), lease, consumers)
+    return jobs
+
+
+def claim_runs(
+    conn: Connection,
+    owner: str,
+    lease: float,
+    limits: tuple[int, int],
+    consumers: tuple[Sequence[str], Sequence[str]],
+    size: int,
+) -> list[list[Job]]:
+    """What a worker runs next: up to `limits[0]` runs, each a job alone (of `consumers[0]`) or,
+    at most `limits[1]` of them, a batch of up to `size` jobs of one token and one consumer of
+    `consumers[1]` (the jobs claimed, then companions up to `size`)."""
+    plain, batchable = consumers
+    jobs = _heads(conn, owner, lease, limits[0], plain)
+    jobs += _heads(conn, owner, lease, min(limits[0] - len(jobs), limits[1]), batchable)
+    groups: dict[tuple[int, str], list[Job]] = {}
+    runs: list[list[Job]] = []
+    for job in jobs:
+        if job.consumer in batchable:
+            groups.setdefault((job.token_id, job.consumer), []).append(job)
+        else:
+            runs.append([job])
+    for (token_id, consumer), group in groups.items():
+        # At most `size` jobs a batch: the claimed ones cut, the last batch filled up.
+        batches = [group[i : i + size] for i in range(0, len(group), size)]
+        more = size - len(batches[-1])
+        batches[-1] += claim_companions(conn, owner, lease, token_id, consumer, more)
+        runs += batches
+    return runs
 
 
 def freshness(conn: Connection) -> dict[str, float]:

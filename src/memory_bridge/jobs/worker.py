@@ -221,32 +221,10 @@ class JobWorker:
         plain = tuple(name for name in self._consumers if name not in batchable)
         size = self._settings.batch
 
-        def heads(conn: Connection, limit: int, consumers: tuple[str, ...]) -> list[Job]:
-            if limit <= 0 or not consumers:
-                return []
-            jobs = queue.claim(conn, owner, limit, lease, consumers)
-            if len(jobs) < limit:  # the backlog past the bound, once no due pending job is left
-                jobs += backlog.claim_coalesced(conn, owner, limit - len(jobs), lease, consumers)
-            return jobs
-
         def work(conn: Connection) -> list[list[tuple[Job, Loaded]]]:
-            jobs = heads(conn, limit, plain)
-            jobs += heads(conn, min(limit - len(jobs), batch_limit), batchable)
-            groups: dict[tuple[int, str], list[Job]] = {}
-            runs: list[list[Job]] = []
-            for job in jobs:
-                if size > 1 and job.consumer in batchable:
-                    groups.setdefault((job.token_id, job.consumer), []).append(job)
-                else:
-                    runs.append([job])
-            for (token_id, consumer), group in groups.items():
-                # At most `size` jobs a batch: the claimed ones cut, the last batch filled up.
-                batches = [group[i : i + size] for i in range(0, len(group), size)]
-                more = size - len(batches[-1])
-                batches[-1] += backlog.claim_companions(
-                    conn, owner, lease, token_id, consumer, more
-                )
-                runs += batches
+            runs = backlog.claim_runs(
+                conn, owner, lease, (limit, batch_limit), (plain, batchable), size
+            )
             # Each job's event is read in the same unit: one database round trip less per job
             # (every turn of a memory token has jobs run in the serving process).
             return [[(job, _loaded(conn, job.event_id)) for job in run] for run in runs]
