@@ -32,6 +32,8 @@ def test_the_schema_lists_the_proxied_routes_with_the_service_token(
         operation = schema["paths"][path]["post"]
         assert operation["security"] == [{"ServiceToken": []}], path
         assert {"401", "403", "413"} <= set(operation["responses"]), path
+    for path, method in (("/v1/models", "get"), ("/v1/embeddings", "post")):
+        assert schema["paths"][path][method]["security"] == [{"ServiceToken": []}], path
     chat = schema["paths"]["/v1/chat/completions"]["post"]
     body = chat["requestBody"]["content"]["application/json"]["schema"]
     assert set(body["required"]) == {"model", "messages"}

@@ -160,6 +160,11 @@ def install(app: FastAPI) -> None:
         if app.openapi_schema is None:
             schema = generated()  # FastAPI's, cached on the app from here on
             schema["paths"] = {**proxied_paths(), **schema["paths"]}
+            # The passthrough routes (FastAPI's) take the service token too.
+            for path in ("/v1/models", "/v1/embeddings"):
+                for operation in schema["paths"].get(path, {}).values():
+                    operation["security"] = [{SERVICE_TOKEN: []}]
+                    operation.setdefault("tags", ["proxy"])
             schemes = schema.setdefault("components", {}).setdefault("securitySchemes", {})
             schemes[SERVICE_TOKEN] = _SCHEME
         return app.openapi_schema or generated()
