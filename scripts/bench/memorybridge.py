@@ -77,7 +77,7 @@ class MemoryBridge:
                 if reply.status_code == 404:
                     return False
                 for counts in reply.json().get("consumers", {}).values():
-                    busy += counts.get("pending", 0) + counts.get("running", 0)
+                    busy += sum(counts.get(s, 0) for s in ("pending", "coalesced", "running"))
             if not busy:
                 return True
             time.sleep(0.2)

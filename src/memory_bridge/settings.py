@@ -112,6 +112,15 @@ class Settings(BaseSettings):
     job_max_attempts: int = Field(default=5, gt=0)
     job_backoff_seconds: float = Field(default=2.0, gt=0)
     job_retention_seconds: float = Field(default=7 * 86400.0, gt=0)
+    # The backlog's bounds (docs/operations.md#backpressure): past either, a turn's episodic
+    # job is coalesced (run later, in batches) rather than pending; nothing is refused.
+    job_max_pending_per_token: int = Field(default=200, gt=0, le=1_000_000)
+    job_max_pending: int = Field(default=2_000, gt=0, le=10_000_000)
+    # Jobs of one token an episodic batch indexes at once (one embedding call, one upsert).
+    job_batch_size: int = Field(default=32, ge=1, le=1_000)
+    # Runs of the episodic index (a lone job or a batch) one worker has at once: its share of the
+    # pool recall shares (MEMORY_THREADS).
+    job_batch_runs: int = Field(default=1, ge=1, le=64)
 
     # Bounds on what a client (or an upstream) can make the proxy hold (docs/configuration.md).
     max_request_bytes: int = Field(default=32 * 1024 * 1024, gt=0)

@@ -1,7 +1,7 @@
 """schemathesis over every admin operation of the running proxy, from the schema it serves.
 
 The schema is the one the proxy serves at `/openapi.json` to the admin token (what an operator
-reads in `/docs`). Every operation gets schema examples, the coverage
+loads into an OpenAPI viewer). Every operation gets schema examples, the coverage
 phase's boundary values (ids of 0, 2^63, -1, over-long strings ...) and a bounded number of
 generated requests, valid and invalid, with a fixed seed. Each response must be no 5xx, carry a
 documented status, content type and body shape, reject what the schema says is invalid, and

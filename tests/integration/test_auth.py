@@ -95,9 +95,6 @@ def test_the_admin_reference_is_served_to_the_admin_token_only(proxy: Proxy) -> 
     schema = httpx.get(f"{proxy.url}/openapi.json", headers=proxy.admin_headers)
     assert schema.status_code == 200
     assert "/v1/admin/tokens" in schema.json()["paths"]
-    docs = httpx.get(f"{proxy.url}/docs", headers=proxy.admin_headers)
-    assert docs.status_code == 200
-    assert "openapi.json" in docs.text
     _, token = proxy.create_token()
     for path in ("/docs", "/openapi.json"):
         refused = httpx.get(f"{proxy.url}{path}", headers={"Authorization": f"Bearer {token}"})

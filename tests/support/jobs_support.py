@@ -19,7 +19,7 @@ from tests.fakes.gateway import FakeGateway
 
 T = TypeVar("T")
 
-OPEN = ("pending", "running")
+OPEN = ("pending", "coalesced", "running")  # not ended: coalesced jobs wait too
 
 
 def poll(check: Callable[[], T | None], what: str, timeout: float = 60.0) -> T:

@@ -52,6 +52,24 @@ QUEUE_DEPTH = Gauge(
 QUEUE_LAG = Gauge(
     "memorybridge_queue_lag_seconds", "Age of the oldest open job (0 when none is open)."
 )
+FRESHNESS_LAG = Gauge(
+    "memorybridge_memory_freshness_lag_seconds",
+    "Per consumer, how long its oldest due open job has waited since it was due: how far its "
+    "memory lags behind the stored turns (0 when none waits; read at each scrape).",
+    ["consumer"],
+)
+PENDING_JOBS = Gauge(
+    "memorybridge_memory_pending_jobs",
+    "Open jobs (pending, coalesced or running) per consumer: the turns whose memory work is "
+    "still to do (read from the database at each scrape).",
+    ["consumer"],
+)
+PAST_BOUND = Counter(
+    "memorybridge_jobs_past_bound",
+    "Turns' jobs enqueued past the backlog's bound (JOB_MAX_PENDING_PER_TOKEN, JOB_MAX_PENDING),"
+    " per consumer: coalesced (run later, in batches) or pending (work that cannot be merged).",
+    ["consumer", "outcome"],
+)
 UPSTREAM_ERRORS = Counter(
     "memorybridge_upstream_errors",
     "Upstream failures: a network category (timeout, connect_failed, ...) or http_4xx/http_5xx.",
@@ -166,8 +184,32 @@ def queue_depth(counts: dict[tuple[str, str], int], lag: float | None) -> None:
         QUEUE_DEPTH.labels(consumer, status).set(count)
     QUEUE_LAG.set(lag or 0.0)
     HISTORY.update(
-        queue_depth=sum(c for (_, s), c in counts.items() if s in ("pending", "running"))
+        queue_depth=sum(
+            c for (_, s), c in counts.items() if s in ("pending", "running", "coalesced")
+        )
     )
+
+
+_BACKLOG_CONSUMERS: set[str] = set()
+
+
+def backlog(counts: dict[tuple[str, str], int], lags: dict[str, float]) -> None:
+    """The backlog per consumer: its open jobs and its freshness lag."""
+    pending: dict[str, int] = {}
+    for (consumer, status), count in counts.items():
+        if status in ("pending", "running", "coalesced"):
+            pending[consumer] = pending.get(consumer, 0) + count
+    # A consumer once seen stays at 0 rather than vanishing: an alert on it sees the drain.
+    _BACKLOG_CONSUMERS.update(pending, lags)
+    for consumer in _BACKLOG_CONSUMERS:
+        PENDING_JOBS.labels(consumer).set(pending.get(consumer, 0))
+        FRESHNESS_LAG.labels(consumer).set(lags.get(consumer, 0.0))
+
+
+def past_bound(consumers: tuple[str, ...], coalescible: frozenset[str]) -> None:
+    for consumer in consumers:
+        outcome = "coalesced" if consumer in coalescible else "pending"
+        PAST_BOUND.labels(consumer, outcome).inc()
 
 
 # The last failure seen per layer (a category or class name, and when): the Overview's health.

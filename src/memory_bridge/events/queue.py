@@ -7,7 +7,8 @@ lease expired is claimable again. Jobs of one `(token, user, session)` and consu
 order: a job is claimable only while no earlier job of its order key is still pending or
 running, so a Gateway add→flush or consecutive turns never overtake each other.
 
-Statuses: `pending` (waiting, maybe until `next_attempt_at`), `running` (leased),
+Statuses: `pending` (waiting, maybe until `next_attempt_at`), `coalesced` (waiting past the
+backlog's bound, claimed after the pending jobs, in batches: `events.backlog`), `running` (leased),
 `done`, `failed` (retries exhausted, or refused for good) and `unknown` (its outcome cannot be
 known and it must not be repeated automatically: a Gateway add that may have happened).
 """
@@ -39,7 +40,8 @@ from sqlalchemy.orm import aliased
 from memory_bridge.storage.tables import jobs
 
 PENDING, RUNNING, DONE, FAILED, UNKNOWN = "pending", "running", "done", "failed", "unknown"
-OPEN = (PENDING, RUNNING)
+COALESCED = "coalesced"
+OPEN = (PENDING, RUNNING, COALESCED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,12 +63,15 @@ def enqueue(
     order_key: str,
     consumers: Sequence[str],
     delays: Mapping[str, float] | None = None,
+    statuses: Mapping[str, str] | None = None,
 ) -> None:
-    """One pending job per consumer; `delays`: seconds before a consumer's job is due."""
+    """One job per consumer, pending unless `statuses` says otherwise (`coalesced`);
+    `delays`: seconds before a consumer's job is due."""
     if not consumers:
         return
     now = time.time()
     delays = delays or {}
+    statuses = statuses or {}
     conn.execute(
         insert(jobs),
         [
@@ -75,7 +80,7 @@ def enqueue(
                 "consumer": consumer,
                 "token_id": token_id,
                 "order_key": order_key,
-                "status": PENDING,
+                "status": statuses.get(consumer, PENDING),
                 "attempts": 0,
                 "next_attempt_at": now + delays.get(consumer, 0.0),
                 "created_at": now,
@@ -86,7 +91,9 @@ def enqueue(
     )
 
 
-def _claimable() -> Any:
+def claimable(status: str = PENDING) -> Any:
+    """Jobs of `status` that are due (or running with an expired lease) and that no earlier
+    open job of their order key and consumer holds back."""
     earlier = aliased(jobs)
     blocked = exists().where(
         earlier.c.order_key == jobs.c.order_key,
@@ -96,7 +103,7 @@ def _claimable() -> Any:
     )
     now: Any = bindparam("claim_now", type_=Float())
     due = or_(
-        and_(jobs.c.status == PENDING, jobs.c.next_attempt_at <= now),
+        and_(jobs.c.status == status, jobs.c.next_attempt_at <= now),
         and_(jobs.c.status == RUNNING, jobs.c.lease_expires_at < now),
     )
     return and_(due, ~blocked)
@@ -107,11 +114,11 @@ def _claimable() -> Any:
 # (and their cache keys) per call cost the serving process's CPU on every job.
 _CANDIDATES = (
     select(jobs.c.id)
-    .where(_claimable(), jobs.c.consumer.in_(bindparam("claim_consumers", expanding=True)))
+    .where(claimable(), jobs.c.consumer.in_(bindparam("claim_consumers", expanding=True)))
     .order_by(jobs.c.id)
     .limit(bindparam("claim_limit", type_=Integer()))
 )
-_CLAIMED = (
+CLAIMED_COLUMNS = (
     jobs.c.id,
     jobs.c.event_id,
     jobs.c.consumer,
@@ -120,7 +127,7 @@ _CLAIMED = (
     jobs.c.step,
     jobs.c.attempts,
 )
-_LEASE: dict[str, Any] = {
+LEASE_VALUES: dict[str, Any] = {
     "status": RUNNING,
     "lease_owner": bindparam("claim_owner"),
     "lease_expires_at": bindparam("claim_expires", type_=Float()),
@@ -131,16 +138,16 @@ _LEASE: dict[str, Any] = {
 _CLAIM_SQLITE = (
     update(jobs)
     .where(jobs.c.id.in_(_CANDIDATES.scalar_subquery()))
-    .values(_LEASE)
-    .returning(*_CLAIMED)
+    .values(LEASE_VALUES)
+    .returning(*CLAIMED_COLUMNS)
 )
 # PostgreSQL: the ids locked first (SKIP LOCKED), then leased.
 _CANDIDATES_LOCKED = _CANDIDATES.with_for_update(skip_locked=True)
 _CLAIM_IDS = (
     update(jobs)
     .where(jobs.c.id.in_(bindparam("claim_ids", expanding=True)))
-    .values(_LEASE)
-    .returning(*_CLAIMED)
+    .values(LEASE_VALUES)
+    .returning(*CLAIMED_COLUMNS)
 )
 
 
@@ -217,7 +224,7 @@ _SUCCESSOR = (
         jobs.c.order_key == bindparam("job_order_key"),
         jobs.c.consumer == bindparam("job_consumer"),
         jobs.c.id > bindparam("job_id"),
-        jobs.c.status == PENDING,
+        jobs.c.status.in_((PENDING, COALESCED)),
     )
     .limit(1)
 )

@@ -17,10 +17,12 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, select
 
+from memory_bridge.core import metrics
 from memory_bridge.core.message_bounds import bounded, truncate
 from memory_bridge.core.messages import Message
 from memory_bridge.core.turn import Reply, Scope
-from memory_bridge.events import log, queue
+from memory_bridge.events import log
+from memory_bridge.events.backlog import BoundGate, Bounds, enqueue_bounded
 from memory_bridge.events.model import EventType, NewEvent, StoredEvent, session_aggregate
 from memory_bridge.storage.db import Database
 from memory_bridge.storage.sessions import stored_form
@@ -78,8 +80,11 @@ class TurnRecorder:
         max_message_bytes: int,
         delays: Mapping[str, float] | None = None,
         max_messages: int = MAX_MESSAGES_PER_TURN,
+        bounds: Bounds | None = None,
     ) -> None:
         self._db = db
+        # The backlog's bounds (`events.backlog`), counted when they may be near; None: none.
+        self._gate = BoundGate(bounds) if bounds is not None else None
         self._max_bytes = max_message_bytes
         self._delays = dict(delays or {})  # per consumer: seconds before its job is due
         self._max_messages = max_messages
@@ -113,9 +118,15 @@ class TurnRecorder:
         order_key = aggregate
 
         attempts = 0
+        past: tuple[str, ...] = ()
+        counts: tuple[int, int] | None = None
+        gate, bounds, seqs = self._gate, None, (0, 0)
+        if gate is not None and consumers:
+            count_it, *numbers = gate.decide(scope.token_id)
+            bounds, seqs = (gate.bounds if count_it else None), (numbers[0], numbers[1])
 
         def work(conn: Connection) -> StoredEvent | None:
-            nonlocal attempts
+            nonlocal attempts, past, counts
             attempts += 1
             if conn.execute(_TOKEN_ROW, {"token_id": scope.token_id}).first() is None:
                 return None
@@ -130,8 +141,14 @@ class TurnRecorder:
                 started = {"user": scope.user, "session": scope.session}
                 events.insert(0, NewEvent(EventType.SESSION_STARTED, aggregate, started, meta))
             stored = log.append(conn, scope.token_id, events, versions={aggregate: version})
-            queue.enqueue(
-                conn, appended.event_id, scope.token_id, order_key, consumers, self._delays
+            past, counts = enqueue_bounded(
+                conn,
+                appended.event_id,
+                scope.token_id,
+                order_key,
+                consumers,
+                self._delays,
+                bounds,
             )
             return stored[-1]
 
@@ -146,6 +163,10 @@ class TurnRecorder:
         if len(self._versions) >= _VERSION_MEMO:
             self._versions.clear()
         self._versions[aggregate] = event.version
+        if gate is not None and counts is not None:
+            gate.counted(scope.token_id, counts, seqs)
+        if past and gate is not None:
+            metrics.past_bound(past, gate.bounds.coalescible)
         if consumers:
             for listener in self._listeners:
                 listener()

@@ -32,9 +32,9 @@ from memory_bridge.storage.tokens import Principal, TokenStore
 log = logging.getLogger(__name__)
 access_log = logging.getLogger("memory_bridge.access")
 OPEN_PATHS = frozenset({"/health", "/ready"})
-# The admin API's own reference, and the metrics: served to the admin token only (the metrics
-# also to METRICS_TOKEN; everything below `/docs/` too: a service token learns nothing of the
-# admin API there).
+# The API's schema, and the metrics: served to the admin token only (the metrics also to
+# METRICS_TOKEN). `/docs` and everything below it are no longer served (docs/decisions.md, "The
+# API reference") but stay admin paths: a service token learns nothing there.
 ADMIN_DOC_PATHS = frozenset({"/docs", "/openapi.json", "/metrics"})
 ADMIN_DOC_PREFIX = "/docs/"
 METRICS_PATH = "/metrics"

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy import Connection
 from starlette.responses import Response
 
 from memory_bridge.core import metrics
 from memory_bridge.core.errors import ProxyError
-from memory_bridge.events import queue
+from memory_bridge.events import backlog, queue
 from memory_bridge.http.edge import METRICS_PRINCIPAL
 from memory_bridge.http.services import services_of
 from memory_bridge.storage.tokens import Principal
@@ -21,8 +22,14 @@ router = APIRouter()
 async def sample_queue(request: Request) -> dict[tuple[str, str], int]:
     """Read the queue's depth into the metrics; returns it too (the console's Overview)."""
     db = services_of(request).memory.db
-    counts, lag = await db.run(queue.depth)
+
+    def read(conn: Connection) -> tuple[dict[tuple[str, str], int], float | None, dict[str, float]]:
+        counts, lag = queue.depth(conn)
+        return counts, lag, backlog.freshness(conn)
+
+    counts, lag, lags = await db.run(read)
     metrics.queue_depth(counts, lag)
+    metrics.backlog(counts, lags)
     return counts
 
 

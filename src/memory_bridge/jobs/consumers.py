@@ -6,9 +6,12 @@ current configuration (a token deleted meanwhile means nothing is left to do).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from memory_bridge.events.model import EventType, StoredEvent
 from memory_bridge.events.queue import Job
 from memory_bridge.sources.base import JobStep, MemorySource
+from memory_bridge.sources.episodic import EpisodicMemory
 from memory_bridge.sources.longterm.consolidator import CONSUMER, Consolidator
 from memory_bridge.sources.replay import rebuild_exchange
 from memory_bridge.sources.summaries import CONSUMER as SUMMARY
@@ -30,6 +33,24 @@ class SourceConsumer:
         if config is None:
             return  # the token is gone or unusable: nothing to remember for it
         await self._source.remember(rebuild_exchange(event, config, job, progress))
+
+
+class EpisodicConsumer(SourceConsumer):
+    """The episodic index's consumer, which also indexes a batch of one token's turns at once
+    (the queue's backlog, `events.backlog`): one embedding call and one upsert for all."""
+
+    def __init__(self, source: EpisodicMemory, tokens: TokenStore) -> None:
+        # The vector engine runs in threads that a cancel does not stop.
+        super().__init__(source, tokens, cancel_safe=False)
+        self._episodic = source
+
+    async def run_batch(self, runs: Sequence[tuple[Job, StoredEvent, JobStep]]) -> None:
+        """Every run is of one token (the worker batches by token and consumer)."""
+        config = await self._tokens.current_config(runs[0][1].token_id)
+        if config is None:
+            return  # the token is gone or unusable: nothing to remember for it
+        exchanges = [rebuild_exchange(event, config, job, step) for job, event, step in runs]
+        await self._episodic.remember_batch(exchanges)
 
 
 class ConsolidationConsumer:

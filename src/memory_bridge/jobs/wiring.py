@@ -3,7 +3,12 @@ source whose memory work happens after the response, plus the rebuild."""
 
 from __future__ import annotations
 
-from memory_bridge.jobs.consumers import ConsolidationConsumer, SourceConsumer, SummaryConsumer
+from memory_bridge.jobs.consumers import (
+    ConsolidationConsumer,
+    EpisodicConsumer,
+    SourceConsumer,
+    SummaryConsumer,
+)
 from memory_bridge.jobs.worker import Consumer, JobWorker, WorkerSettings
 from memory_bridge.lifecycle.rebuild import REBUILD, Rebuilder
 from memory_bridge.sources.episodic import EpisodicMemory
@@ -29,6 +34,9 @@ def create_worker(memory: MemoryServices) -> JobWorker:
         for s in memory.sources
         if s.name in _AFTER_TURN
     }
+    if memory.episodic is not None and EpisodicMemory.name in consumers:
+        # Its work merges: a backlog of one token's turns is indexed in batches.
+        consumers[EpisodicMemory.name] = EpisodicConsumer(memory.episodic, memory.tokens)
     consolidation = ConsolidationConsumer(Consolidator(memory.longterm), memory.tokens)
     consumers[consolidation.name] = consolidation
     if memory.episodic is not None:
@@ -44,6 +52,8 @@ def create_worker(memory: MemoryServices) -> JobWorker:
         max_attempts=settings.job_max_attempts,
         backoff=settings.job_backoff_seconds,
         retention=settings.job_retention_seconds,
+        batch=settings.job_batch_size,
+        batch_runs=settings.job_batch_runs,
     )
     # Shard optimisation is started by the worker, off every request's path.
     after_job = memory.optimizer.poke if memory.optimizer is not None else None

@@ -10,6 +10,15 @@ resumes a crashed one's work without waiting for them to expire.
 A failure is retried with exponential backoff up to `max_attempts`, then the job is
 `failed`, with its error (scrubbed of secrets) kept for the admin API.
 
+A job of a consumer that can run a batch (`BatchConsumer`: the episodic index) is claimed with
+up to `batch - 1` more due jobs of its token and consumer (`events.backlog`): a backlog is
+indexed in batches, one embedding call and one upsert each, the batch taking one slot of
+`concurrency`, and at most `batch_runs` (one by default) such runs at a time: the worker's
+share of the CPU-bound pool that recall uses is that many threads, whatever the backlog.
+Coalesced jobs (past the backlog's bound) are claimed only when no due pending job is left for
+a slot. A batch that fails is run again job by job, each with its own retries: one bad turn
+never fails the others.
+
 After each job the worker tells `after_job` (the vector shard optimizer) which token it worked
 for: maintenance that must never run in a request (an HNSW build) is started from here, in the
 background, one at a time (`vectors.optimizer`).
@@ -20,15 +29,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from sqlalchemy import Connection, select
 
 from memory_bridge.core import metrics
 from memory_bridge.core.request_context import request_id_var
-from memory_bridge.events import owners, queue
+from memory_bridge.events import backlog, owners, queue
 from memory_bridge.events.log import stored_event
 from memory_bridge.events.model import StoredEvent
 from memory_bridge.events.queue import Job
@@ -53,6 +62,13 @@ class Consumer(Protocol):
     async def run(self, job: Job, event: StoredEvent, progress: JobStep) -> None: ...
 
 
+@runtime_checkable
+class BatchConsumer(Consumer, Protocol):
+    """A consumer that can also run several jobs of one token at once."""
+
+    async def run_batch(self, runs: Sequence[tuple[Job, StoredEvent, JobStep]]) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class WorkerSettings:
     concurrency: int = 8
@@ -64,6 +80,11 @@ class WorkerSettings:
     max_backoff: float = 300.0
     retention: float = 7 * 86400.0  # how long a done job is kept (seconds since it ended)
     purge_every: float = 600.0  # seconds between two looks for done jobs past their retention
+    batch: int = 32  # jobs of one token a batch consumer runs at once (1: job by job)
+    # Runs of batch consumers at once (JOB_BATCH_RUNS): their work is CPU (embeddings, upserts)
+    # in the pool that recall shares, so this bounds the worker's share; a backlog batches up
+    # behind them.
+    batch_runs: int = 1
 
 
 class JobWorker:
@@ -83,7 +104,12 @@ class JobWorker:
         self.owner = owners.owner_id()
         self._wake = asyncio.Event()
         self._stopping = False
-        self._running: dict[asyncio.Task[None], Job] = {}
+        self._running: dict[asyncio.Task[None], tuple[Job, ...]] = {}
+        self._batchable = tuple(
+            name
+            for name, c in self._consumers.items()
+            if isinstance(c, BatchConsumer) and settings.batch > 1
+        )
         # Whether the last look for jobs may have left claimable ones behind for want of a
         # free slot: a job's end then looks again. Otherwise it looks again only when the
         # ended job's successor waits (its end said so), or on a wake-up or the poll.
@@ -109,15 +135,18 @@ class JobWorker:
             # enqueued meanwhile) is kept, and makes the next look immediate.
             self._wake.clear()
             free = self._settings.concurrency - len(self._running)
-            claimed: list[tuple[Job, Loaded]] = []
+            claimed: list[list[tuple[Job, Loaded]]] = []
             if free > 0:
                 try:
-                    claimed = await self._db.write(self._claim(free))
+                    claimed = await self._db.write(self._claim(free, self._batch_room()))
                 except Exception as exc:
                     log.error("claiming jobs failed: %s", type(exc).__name__)
-            for job, event in claimed:
-                task = asyncio.create_task(self._run(job, event))
-                self._running[task] = job
+            for group in claimed:
+                if len(group) == 1:
+                    task = asyncio.create_task(self._run(*group[0]))
+                else:
+                    task = asyncio.create_task(self._run_batch(group))
+                self._running[task] = tuple(job for job, _ in group)
                 task.add_done_callback(self._finished)
             self._full = free <= 0 or len(claimed) == free
             if claimed and len(claimed) == free:
@@ -144,7 +173,7 @@ class JobWorker:
         owner, lease = self.owner, self._settings.lease
         while True:
             await asyncio.sleep(lease / 3)
-            ids = [job.id for job in self._running.values()]
+            ids = [job.id for jobs in self._running.values() for job in jobs]
             if not ids:
                 continue
 
@@ -172,20 +201,90 @@ class JobWorker:
             self._next_purge = time.monotonic() + self._settings.purge_every
 
     def _finished(self, task: asyncio.Task[None]) -> None:
-        self._running.pop(task, None)
-        if self._full:
-            self._wake.set()  # a slot is free for a job the last look had no room for
+        jobs = self._running.pop(task, ())
+        if self._full or (jobs and jobs[0].consumer in self._batchable):
+            # A slot is free for a job the last look had no room for; or the batch run that
+            # kept its consumer's backlog waiting ended.
+            self._wake.set()
 
-    def _claim(self, limit: int) -> Callable[[Connection], list[tuple[Job, Loaded]]]:
-        owner, lease, consumers = self.owner, self._settings.lease, tuple(self._consumers)
+    def _batch_room(self) -> int:
+        """Runs of batch consumers that may start now (`WorkerSettings.batch_runs`)."""
+        running = sum(1 for jobs in self._running.values() if jobs[0].consumer in self._batchable)
+        return self._settings.batch_runs - running
 
-        def work(conn: Connection) -> list[tuple[Job, Loaded]]:
+    def _claim(
+        self, limit: int, batch_limit: int
+    ) -> Callable[[Connection], list[list[tuple[Job, Loaded]]]]:
+        """Up to `limit` runs: a job alone, or (at most `batch_limit` of them) a batch of one
+        token's jobs of a batch consumer."""
+        owner, lease, batchable = self.owner, self._settings.lease, self._batchable
+        plain = tuple(name for name in self._consumers if name not in batchable)
+        size = self._settings.batch
+
+        def work(conn: Connection) -> list[list[tuple[Job, Loaded]]]:
+            runs = backlog.claim_runs(
+                conn, owner, lease, (limit, batch_limit), (plain, batchable), size
+            )
             # Each job's event is read in the same unit: one database round trip less per job
             # (every turn of a memory token has jobs run in the serving process).
-            jobs = queue.claim(conn, owner, limit, lease, consumers)
-            return [(job, _loaded(conn, job.event_id)) for job in jobs]
+            return [[(job, _loaded(conn, job.event_id)) for job in run] for run in runs]
 
         return work
+
+    async def _run_batch(self, runs: list[tuple[Job, Loaded]]) -> None:
+        """Jobs of one token and batch consumer run as one call; on a failure, one by one."""
+        ready = [(job, event) for job, event in runs if isinstance(event, StoredEvent)]
+        for job, loaded in runs:
+            if not isinstance(loaded, StoredEvent):
+                await self._run(job, loaded)  # gone (done) or unreadable (its own failure)
+        if not ready:
+            return
+        first = ready[0][0]
+        consumer = self._consumers[first.consumer]
+        assert isinstance(consumer, BatchConsumer)
+        lease = self._settings.lease
+        try:
+            timeout = getattr(consumer, "job_timeout", self._settings.job_timeout)
+            async with asyncio.timeout(timeout):
+                await consumer.run_batch(
+                    [(job, event, _JobProgress(self._db, job, lease)) for job, event in ready]
+                )
+        except asyncio.CancelledError:
+            raise  # stopping: the leases are released by `stop`
+        except Exception as exc:
+            log.warning(
+                "a batch of %d %s jobs failed (%s): each runs alone",
+                len(ready),
+                first.consumer,
+                type(exc).__name__,
+            )
+            for job, event in ready:
+                await self._run(job, event)
+            return
+        await self._end_batch([job for job, _ in ready])
+        if self._after_job is not None:
+            try:
+                self._after_job(first.token_id)
+            except Exception as exc:
+                log.error("after-job maintenance failed: %s", type(exc).__name__)
+
+    async def _end_batch(self, jobs: list[Job]) -> None:
+        """A batch's jobs done, in one write; then a look for what their end unblocked."""
+
+        def work(conn: Connection) -> int:
+            return sum(queue.finish(conn, job) for job in jobs)
+
+        for job in jobs:
+            metrics.job_outcome(job.consumer, queue.DONE)
+        try:
+            ended = await self._db.write(work)
+        except Exception as exc:
+            log.error("recording a batch's end failed: %s", type(exc).__name__)
+            return
+        self.completed += ended
+        if ended < len(jobs):
+            log.warning("%d job lease(s) lost before the batch ended", len(jobs) - ended)
+        self._wake.set()  # a later job of one of their sessions may be claimable now
 
     async def _run(self, job: Job, loaded: Loaded) -> None:
         consumer = self._consumers[job.consumer]
@@ -280,9 +379,9 @@ class JobWorker:
         if self._running:
             _, pending = await asyncio.wait(set(self._running), timeout=timeout)
             for task in pending:
-                job = self._running.get(task)
-                if job is not None and not self._consumers[job.consumer].cancel_safe:
-                    kept.append(job.id)
+                for job in self._running.get(task, ()):
+                    if not self._consumers[job.consumer].cancel_safe:
+                        kept.append(job.id)
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
         if self._heartbeat_task is not None:

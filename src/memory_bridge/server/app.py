@@ -18,8 +18,9 @@ from memory_bridge.chat.upstream import Upstream, create_session
 from memory_bridge.context.template import MemoryTemplate, load_template
 from memory_bridge.core import token_count
 from memory_bridge.core.heap import freeze_long_lived
+from memory_bridge.events.backlog import Bounds
 from memory_bridge.events.recorder import TurnRecorder
-from memory_bridge.http import admin, console, metrics_route, passthrough_routes
+from memory_bridge.http import admin, console, metrics_route, openapi, passthrough_routes
 from memory_bridge.http.body_limits import BodyLimits
 from memory_bridge.http.edge import EdgeMiddleware
 from memory_bridge.http.errors import install_error_handlers
@@ -31,6 +32,7 @@ from memory_bridge.jobs.wiring import create_worker
 from memory_bridge.lifecycle.import_staging import sweep_stale
 from memory_bridge.settings import Settings
 from memory_bridge.sources import summaries
+from memory_bridge.sources.episodic import EpisodicMemory
 from memory_bridge.sources.services import MemoryServices, open_memory_services
 from memory_bridge.storage.console_sessions import ConsoleSessions
 from memory_bridge.storage.health import StorageHealth
@@ -68,11 +70,18 @@ class _EdgeFirst(FastAPI):
 def _recorder(settings: Settings, memory: MemoryServices) -> TurnRecorder:
     # A turn's summary job is due once its session has been idle that long (sources.summaries).
     delays = {summaries.CONSUMER: settings.summary_idle_seconds}
+    # Past the backlog's bounds, the episodic index's jobs are coalesced (events.backlog).
+    bounds = Bounds(
+        per_token=settings.job_max_pending_per_token,
+        overall=settings.job_max_pending,
+        coalescible=frozenset({EpisodicMemory.name}),
+    )
     return TurnRecorder(
         memory.db,
         settings.max_stored_message_bytes,
         delays,
         settings.max_stored_messages_per_turn,
+        bounds,
     )
 
 
@@ -178,13 +187,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         title="MemoryBridge",
         version="0.1.0",
         lifespan=lifespan,
-        # The admin API's reference, for the admin token only (the edge checks).
-        docs_url="/docs",
+        # The API's schema, for the admin token only (the edge checks). No /docs page: Swagger
+        # UI would load its assets from a CDN (blank offline), and a bearer-only page cannot be
+        # opened by a browser anyway (docs/decisions.md, "The API reference").
+        docs_url=None,
         redoc_url=None,
         openapi_url="/openapi.json",
-        swagger_ui_oauth2_redirect_url=None,  # no OAuth flow: nothing to serve below /docs
+        swagger_ui_oauth2_redirect_url=None,
     )
     install_error_handlers(app)
+    openapi.install(app)  # the proxied routes (plain ASGI) listed beside FastAPI's
 
     @app.get("/ready")
     async def ready(request: Request) -> JSONResponse:

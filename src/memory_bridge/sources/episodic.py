@@ -266,38 +266,53 @@ class EpisodicMemory:
                 previous = text
         return texts
 
+    async def remember_batch(self, exchanges: Sequence[Exchange]) -> None:
+        """`remember` for several turns of one token at once (a batch of the job queue's
+        backlog): one embedding call and one upsert per shard for all of them."""
+        if not exchanges:
+            return
+        first = exchanges[0].turn
+        spec = self._spec(first.config)
+        if spec is None:
+            return
+        plan = await self.plan(first.scope.token_id, spec, fresh=True)
+        created = [self._clock() if e.recorded_at is None else e.recorded_at for e in exchanges]
+        async with asyncio.timeout(self._store_timeout):
+            await self.index_exchanges(exchanges, plan.writes, created)
+
     async def index_exchange(
         self, exchange: Exchange, targets: Sequence[ShardTarget], created_at: float
     ) -> int:
         """Embed and upsert a turn's messages into each target shard; returns how many points
         per shard. Point ids derive from the event: a retry or a rebuild overwrites, never
         duplicates."""
-        texts = self.texts(exchange)
-        if not texts:
+        return await self.index_exchanges([exchange], targets, [created_at])
+
+    async def index_exchanges(
+        self,
+        exchanges: Sequence[Exchange],
+        targets: Sequence[ShardTarget],
+        created: Sequence[float],
+    ) -> int:
+        """`index_exchange` for turns of one token: one embedding call (chunked by the
+        embedder) and one upsert per target for all their messages; how many points."""
+        rows = [
+            (exchange, i, text, in_context, at)
+            for exchange, at in zip(exchanges, created, strict=True)
+            for i, (text, in_context) in enumerate(self.texts(exchange))
+        ]
+        if not rows:
             return 0
-        scope = exchange.turn.scope
+        token_id = exchanges[0].turn.scope.token_id
         for target in targets:
-            vectors = await self._embedders.embed(target.spec, [t for t, _ in texts])
+            vectors = await self._embedders.embed(target.spec, [row[2] for row in rows])
             points = [
-                VectorPoint(
-                    id=str(uuid.uuid5(_IDS, f"{exchange.event_id}:{i}")),
-                    dense=vector or None,
-                    payload=PointPayload(
-                        user=scope.user,
-                        kind=KIND,
-                        text=text,
-                        session=scope.session,
-                        event_id=exchange.event_id or None,
-                        created_at=created_at,
-                        entities=tuple(e.key for e in self._entities(text)),
-                    ),
-                    index_text=in_context,
-                )
-                for i, ((text, in_context), vector) in enumerate(zip(texts, vectors, strict=True))
+                _point(exchange, i, text, in_context, at, vector, self._entities)
+                for (exchange, i, text, in_context, at), vector in zip(rows, vectors, strict=True)
             ]
-            index = await self._index(scope.token_id, target)
+            index = await self._index(token_id, target)
             await self._executor.run(partial(index.upsert, points))
-        return len(texts)
+        return len(rows)
 
     async def forget(self, token_id: int, config: TokenConfig, event_id: str, count: int) -> None:
         """Delete the points one event's first `count` messages were indexed as, in every
@@ -364,6 +379,33 @@ class EpisodicMemory:
         if spec.sparse_only:
             return "on (no embedder: BM25 alone)"
         return f"on ({spec.model_id}, {spec.dims} dims, hybrid dense + BM25)"
+
+
+def _point(
+    exchange: Exchange,
+    i: int,
+    text: str,
+    in_context: str,
+    created_at: float,
+    vector: list[float],
+    entities: Callable[[str], Sequence[Entity]],
+) -> VectorPoint:
+    """The point of a turn's `i`-th indexed message (its id derives from the event)."""
+    scope = exchange.turn.scope
+    return VectorPoint(
+        id=str(uuid.uuid5(_IDS, f"{exchange.event_id}:{i}")),
+        dense=vector or None,
+        payload=PointPayload(
+            user=scope.user,
+            kind=KIND,
+            text=text,
+            session=scope.session,
+            event_id=exchange.event_id or None,
+            created_at=created_at,
+            entities=tuple(e.key for e in entities(text)),
+        ),
+        index_text=in_context,
+    )
 
 
 def _lineage(payload: PointPayload, walked: GraphHit | None) -> dict[str, str]:

@@ -1,6 +1,6 @@
 """The admin API: one parent router under `/v1/admin` that carries the second lock
-(`require_admin`, behind the edge's own check), the bearer scheme `/docs` shows and the
-error responses every route shares; one module per resource below it."""
+(`require_admin`, behind the edge's own check), the bearer scheme `/openapi.json` declares and
+the error responses every route shares; one module per resource below it."""
 
 from fastapi import APIRouter, Depends
 
@@ -23,7 +23,7 @@ router = APIRouter(
     dependencies=[Depends(require_admin), ADMIN_BEARER],
     responses=error_responses(),
 )
-# The order is the order of /docs, and of matching: fixed paths before parametrised ones.
+# The order is the order of /openapi.json, and of matching: fixed paths before parametrised ones.
 for module in (jobs, rebuild, traces, tokens, memory, longterm, sessions, users, transfer):
     router.include_router(module.router)
 

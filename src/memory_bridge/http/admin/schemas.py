@@ -3,7 +3,7 @@
 Parameters are validated at the edge of each route, by these shared types, so nothing out of
 range reaches the database (a token id beyond its 64-bit integer column used to raise
 `OverflowError` there: a 500). The response models and error responses make the OpenAPI schema
-(`/openapi.json`, `/docs`) accurate enough to fuzz the API against it; request bodies stay raw
+(`/openapi.json`) accurate enough to fuzz the API against it; request bodies stay raw
 JSON read by the routes themselves (their 422s name the field), so their schemas are documented
 through `openapi_extra`.
 """
@@ -54,8 +54,8 @@ EventCursor = Annotated[
 ]
 
 
-# A dependency of every admin router that documents the bearer scheme in the schema (and the
-# "Authorize" button of /docs). It checks nothing itself: the edge authenticates, and
+# A dependency of every admin router that documents the bearer scheme in the schema (for the
+# viewers that read it). It checks nothing itself: the edge authenticates, and
 # `require_admin` is the second lock.
 ADMIN_BEARER: Any = Security(
     HTTPBearer(
