@@ -40,7 +40,8 @@ from memory_bridge.core.turn import Turn as ChatTurn
 from memory_bridge.embedding import local as local_embedder
 from memory_bridge.embedding.embedders import Embedders, EmbedderSpec
 from memory_bridge.sources.base import Exchange
-from memory_bridge.sources.episodic import DEPTH, KIND, PREFETCH, EpisodicMemory
+from memory_bridge.sources.episodic import DEPTH, PREFETCH, EpisodicMemory
+from memory_bridge.sources.episodic_points import KIND
 from memory_bridge.tenancy.ranking import Ranking
 from memory_bridge.vectors.index import VectorIndex, Where
 

@@ -15,7 +15,8 @@ from memory_bridge.events import log, queue
 from memory_bridge.events.backlog import Bounds, enqueue_bounded
 from memory_bridge.events.model import EventType, NewEvent, StoredEvent
 from memory_bridge.events.queue import Job
-from memory_bridge.jobs.worker import JobWorker, WorkerSettings
+from memory_bridge.jobs.contract import WorkerSettings
+from memory_bridge.jobs.worker import JobWorker
 from memory_bridge.sources.base import JobStep, PermanentFailure
 from memory_bridge.storage.db import Database, create_engine, create_schema, session_factory
 from memory_bridge.storage.tables import jobs

@@ -14,7 +14,8 @@ from sqlalchemy import Connection, select, update
 from memory_bridge.events import queue
 from memory_bridge.events.model import StoredEvent
 from memory_bridge.events.queue import Job
-from memory_bridge.jobs.worker import JobWorker, WorkerSettings
+from memory_bridge.jobs.contract import WorkerSettings
+from memory_bridge.jobs.worker import JobWorker
 from memory_bridge.sources.base import JobStep, OutcomeUnknown, PermanentFailure
 from memory_bridge.storage.db import Database, create_engine, create_schema, session_factory
 from memory_bridge.storage.tables import jobs

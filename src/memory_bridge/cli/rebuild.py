@@ -164,7 +164,7 @@ async def _follow_remote(
 
 async def _follow_local(token: int, layer: str, reextract: bool) -> Any:
     """Run the rebuild in this process, on the local data directory (the server stopped)."""
-    from memory_bridge.events import queue
+    from memory_bridge.events import queue_reads
     from memory_bridge.lifecycle.rebuild import layers_of, reindex_state, start_rebuild
     from memory_bridge.lifecycle.reextract import start_reextract
     from memory_bridge.sources.services import open_memory_services
@@ -187,7 +187,7 @@ async def _follow_local(token: int, layer: str, reextract: bool) -> Any:
             return await reindex_state(runtime, token) or {}
 
         async def jobs_local() -> dict[str, Any]:
-            return await runtime.db.run(lambda conn: queue.summary(conn, token))
+            return await runtime.db.run(lambda conn: queue_reads.summary(conn, token))
 
         if turns is None:
             return await _until_done(read_local, layers, None, 0)

@@ -120,10 +120,7 @@ class TurnRecorder:
         attempts = 0
         past: tuple[str, ...] = ()
         counts: tuple[int, int] | None = None
-        gate, bounds, seqs = self._gate, None, (0, 0)
-        if gate is not None and consumers:
-            count_it, *numbers = gate.decide(scope.token_id)
-            bounds, seqs = (gate.bounds if count_it else None), (numbers[0], numbers[1])
+        bounds, seqs = self._bounds(scope.token_id, consumers)
 
         def work(conn: Connection) -> StoredEvent | None:
             nonlocal attempts, past, counts
@@ -160,14 +157,38 @@ class TurnRecorder:
         if event is None:
             self._versions.pop(aggregate, None)
             return None
-        if len(self._versions) >= _VERSION_MEMO:
-            self._versions.clear()
-        self._versions[aggregate] = event.version
-        if gate is not None and counts is not None:
-            gate.counted(scope.token_id, counts, seqs)
-        if past and gate is not None:
-            metrics.past_bound(past, gate.bounds.coalescible)
+        self._written(scope.token_id, aggregate, event, counts, seqs, past)
         if consumers:
             for listener in self._listeners:
                 listener()
         return event
+
+    def _bounds(
+        self, token_id: int, consumers: Sequence[str]
+    ) -> tuple[Bounds | None, tuple[int, int]]:
+        """The backlog's bounds when this turn must count its jobs (None: surely under them),
+        and the turn's numbers for the gate."""
+        gate = self._gate
+        if gate is None or not consumers:
+            return None, (0, 0)
+        count_it, mine, everyone = gate.decide(token_id)
+        return (gate.bounds if count_it else None), (mine, everyone)
+
+    def _written(
+        self,
+        token_id: int,
+        aggregate: str,
+        event: StoredEvent,
+        counts: tuple[int, int] | None,
+        seqs: tuple[int, int],
+        past: tuple[str, ...],
+    ) -> None:
+        """What a stored turn leaves in memory: its session's version, the backlog's count."""
+        if len(self._versions) >= _VERSION_MEMO:
+            self._versions.clear()
+        self._versions[aggregate] = event.version
+        gate = self._gate
+        if gate is not None and counts is not None:
+            gate.counted(token_id, counts, seqs)
+        if past and gate is not None:
+            metrics.past_bound(past, gate.bounds.coalescible)

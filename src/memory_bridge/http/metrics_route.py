@@ -11,7 +11,7 @@ from starlette.responses import Response
 
 from memory_bridge.core import metrics
 from memory_bridge.core.errors import ProxyError
-from memory_bridge.events import backlog, queue
+from memory_bridge.events import backlog, queue_reads
 from memory_bridge.http.edge import METRICS_PRINCIPAL
 from memory_bridge.http.services import services_of
 from memory_bridge.storage.tokens import Principal
@@ -24,7 +24,7 @@ async def sample_queue(request: Request) -> dict[tuple[str, str], int]:
     db = services_of(request).memory.db
 
     def read(conn: Connection) -> tuple[dict[tuple[str, str], int], float | None, dict[str, float]]:
-        counts, lag = queue.depth(conn)
+        counts, lag = queue_reads.depth(conn)
         return counts, lag, backlog.freshness(conn)
 
     counts, lag, lags = await db.run(read)

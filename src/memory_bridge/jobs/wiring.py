@@ -9,7 +9,8 @@ from memory_bridge.jobs.consumers import (
     SourceConsumer,
     SummaryConsumer,
 )
-from memory_bridge.jobs.worker import Consumer, JobWorker, WorkerSettings
+from memory_bridge.jobs.contract import Consumer, WorkerSettings
+from memory_bridge.jobs.worker import JobWorker
 from memory_bridge.lifecycle.rebuild import REBUILD, Rebuilder
 from memory_bridge.sources.episodic import EpisodicMemory
 from memory_bridge.sources.gateway import MemoryGateway

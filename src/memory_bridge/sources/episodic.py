@@ -20,11 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any
 
 from memory_bridge.core.blocking import BlockingExecutor
 from memory_bridge.core.candidates import Candidate
@@ -32,6 +29,15 @@ from memory_bridge.core.entities import Entity, extract
 from memory_bridge.core.turn import Turn
 from memory_bridge.embedding.embedders import SPARSE_ONLY, Embedders, EmbedderSpec, episodic_spec
 from memory_bridge.sources.base import Exchange, OnRecallFailure, Recall
+from memory_bridge.sources.episodic_points import (
+    KIND,
+    SUMMARY,
+    SummaryPoint,
+    lineage,
+    summary_point_id,
+    turn_point,
+    turn_point_id,
+)
 from memory_bridge.sources.relational import GraphHit, traverse
 from memory_bridge.sources.vector_generations import Generations, ShardPlan, ShardTarget
 from memory_bridge.tenancy.config import TokenConfig
@@ -44,42 +50,11 @@ from memory_bridge.vectors.index import (
     Where,
 )
 
-KIND = "episodic"
 # Candidates handed to the forge: more than it will keep, so ranking and dedup have a choice.
 DEPTH = 20
 PREFETCH = 50
 MAX_QUERY_CHARS = 4000
 MAX_TEXT_CHARS = 8000
-_IDS = uuid.UUID("6f1d0c36-64c1-4a57-9a38-1d2b58e0b8a5")
-
-
-SUMMARY = "summary"  # a point's `extra.type` when it is a session summary
-
-
-@dataclass(frozen=True, slots=True)
-class SummaryPoint:
-    """A session summary (`session.summarised`) as the episodic index keeps it."""
-
-    token_id: int
-    user: str
-    session: str
-    summary_id: str  # the summary event's id
-    text: str
-    covers: tuple[str, ...]  # the `session.appended` event ids it summarises
-    created_at: float  # when the last covered turn was stored
-
-
-def summary_point_id(summary_id: str) -> str:
-    """The index point id of a session summary (its `session.summarised` event's id)."""
-    return str(uuid.uuid5(_IDS, f"summary:{summary_id}"))
-
-
-def _summary_lineage(extra: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """A summary's lineage for the forge: its type and the turns (event ids) it covers."""
-    covers = extra.get("covers")
-    if extra.get("type") != SUMMARY or not isinstance(covers, list):
-        return []
-    return [("type", SUMMARY), ("covers", ",".join(str(c) for c in covers))]
 
 
 class EpisodicMemory:
@@ -221,7 +196,7 @@ class EpisodicMemory:
                     sparse_coverage=hit.sparse_coverage,
                     query_terms=hit.query_terms,
                     created_at=hit.payload.created_at or None,
-                    lineage=_lineage(hit.payload, g),
+                    lineage=lineage(hit.payload, g),
                 )
             )
         for g in walked.values():
@@ -233,7 +208,7 @@ class EpisodicMemory:
                         text=g.point.payload.text,
                         graph_rank=g.rank,
                         created_at=g.point.payload.created_at or None,
-                        lineage=_lineage(g.point.payload, g),
+                        lineage=lineage(g.point.payload, g),
                     )
                 )
         return tuple(out)
@@ -307,7 +282,7 @@ class EpisodicMemory:
         for target in targets:
             vectors = await self._embedders.embed(target.spec, [row[2] for row in rows])
             points = [
-                _point(exchange, i, text, in_context, at, vector, self._entities)
+                turn_point(exchange, i, text, in_context, at, vector, self._entities)
                 for (exchange, i, text, in_context, at), vector in zip(rows, vectors, strict=True)
             ]
             index = await self._index(token_id, target)
@@ -320,7 +295,7 @@ class EpisodicMemory:
         spec = self._spec(config)
         if spec is None or count <= 0:
             return
-        ids = [str(uuid.uuid5(_IDS, f"{event_id}:{i}")) for i in range(count)]
+        ids = [turn_point_id(event_id, i) for i in range(count)]
         plan = await self.plan(token_id, spec, fresh=True)
         for target in {(t.model_id, t.dims): t for t in (plan.read, *plan.writes)}.values():
             found = await self._executor.run(
@@ -379,42 +354,3 @@ class EpisodicMemory:
         if spec.sparse_only:
             return "on (no embedder: BM25 alone)"
         return f"on ({spec.model_id}, {spec.dims} dims, hybrid dense + BM25)"
-
-
-def _point(
-    exchange: Exchange,
-    i: int,
-    text: str,
-    in_context: str,
-    created_at: float,
-    vector: list[float],
-    entities: Callable[[str], Sequence[Entity]],
-) -> VectorPoint:
-    """The point of a turn's `i`-th indexed message (its id derives from the event)."""
-    scope = exchange.turn.scope
-    return VectorPoint(
-        id=str(uuid.uuid5(_IDS, f"{exchange.event_id}:{i}")),
-        dense=vector or None,
-        payload=PointPayload(
-            user=scope.user,
-            kind=KIND,
-            text=text,
-            session=scope.session,
-            event_id=exchange.event_id or None,
-            created_at=created_at,
-            entities=tuple(e.key for e in entities(text)),
-        ),
-        index_text=in_context,
-    )
-
-
-def _lineage(payload: PointPayload, walked: GraphHit | None) -> dict[str, str]:
-    pairs = (
-        ("event_id", payload.event_id),
-        ("session", payload.session),
-        *_summary_lineage(payload.extra),
-    )
-    out = {k: v for k, v in pairs if v}
-    if walked is not None:
-        out["via"] = f"entity {walked.via} (depth {walked.depth})"
-    return out

@@ -24,7 +24,8 @@ from sqlalchemy import Connection, select
 from memory_bridge.events import log as event_log
 from memory_bridge.events.model import EventType, NewEvent, StoredEvent, session_aggregate
 from memory_bridge.sources.base import Exchange
-from memory_bridge.sources.episodic import EpisodicMemory, SummaryPoint
+from memory_bridge.sources.episodic import EpisodicMemory
+from memory_bridge.sources.episodic_points import SummaryPoint
 from memory_bridge.sources.longterm import config as mem0_config
 from memory_bridge.sources.longterm.source import LongTermMemory
 from memory_bridge.storage.db import Database

@@ -10,7 +10,7 @@ from pydantic import BaseModel
 from sqlalchemy import Connection
 
 from memory_bridge.core.errors import ProxyError
-from memory_bridge.events import queue
+from memory_bridge.events import queue, queue_reads
 from memory_bridge.http.admin.schemas import MAX_DB_ID, TokenId, error_responses
 from memory_bridge.http.services import services_of
 from memory_bridge.sources.services import MemoryServices
@@ -57,7 +57,7 @@ async def _known(request: Request, token_id: int) -> MemoryServices:
 async def queue_summary(request: Request, token_id: TokenId) -> QueueSummary:
     """Counts by consumer and status, and how long the oldest open job has waited."""
     runtime = await _known(request, token_id)
-    summary = await runtime.db.run(lambda conn: queue.summary(conn, token_id))
+    summary = await runtime.db.run(lambda conn: queue_reads.summary(conn, token_id))
     return QueueSummary.model_validate(summary)
 
 
@@ -72,7 +72,7 @@ async def jobs_needing_attention(
     that may have happened: never retried automatically), oldest first."""
     runtime = await _known(request, token_id)
     wanted = tuple(status or ("failed", "unknown"))
-    rows = await runtime.db.run(lambda conn: queue.listed(conn, token_id, wanted, limit))
+    rows = await runtime.db.run(lambda conn: queue_reads.listed(conn, token_id, wanted, limit))
     return JobList(data=[JobItem.model_validate(r) for r in rows])
 
 
@@ -86,7 +86,7 @@ async def retry_job(request: Request, token_id: TokenId, job_id: JobId) -> JobIt
     def work(conn: Connection) -> dict[str, object] | None:
         if not queue.requeue(conn, token_id, job_id):
             return None
-        return queue.one(conn, token_id, job_id)
+        return queue_reads.one(conn, token_id, job_id)
 
     row = await runtime.db.write(work)
     if row is None:

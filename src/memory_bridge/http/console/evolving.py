@@ -23,7 +23,7 @@ from memory_bridge.http.console import session as auth
 from memory_bridge.http.console.memories import config_of
 from memory_bridge.http.console.views import PAGE, offset_of, page, redirect, token_choices
 from memory_bridge.http.services import Services, services_of
-from memory_bridge.sources.episodic import summary_point_id
+from memory_bridge.sources.episodic_points import summary_point_id
 from memory_bridge.sources.longterm import config as mem0_config
 from memory_bridge.sources.longterm.consolidator import Consolidator
 from memory_bridge.storage.console_sessions import ConsoleSession

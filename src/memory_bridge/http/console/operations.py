@@ -12,7 +12,7 @@ from starlette.responses import Response
 
 from memory_bridge.core.errors import ProxyError
 from memory_bridge.core.request_context import request_id_var
-from memory_bridge.events import queue
+from memory_bridge.events import queue, queue_reads
 from memory_bridge.http.console import session as auth
 from memory_bridge.http.console.views import PAGE, page, redirect, token_choices
 from memory_bridge.http.services import services_of
@@ -97,7 +97,7 @@ async def jobs(
         picked = token
 
         def read(conn: Connection) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-            return queue.summary(conn, picked), queue.listed(
+            return queue_reads.summary(conn, picked), queue_reads.listed(
                 conn, picked, ("failed", "unknown"), PAGE
             )
 
