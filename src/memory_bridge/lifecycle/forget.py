@@ -19,8 +19,8 @@ A session (`delete_session`), in order:
    session's episodic points and any point tagged with one of its turns; each shard that held
    one is compacted, so the payloads leave the files too.
 5. One more write unit: the `longterm.retained` / `updated` events that carried those facts'
-   text, any trace written meanwhile that recalled the session; then SQLite's WAL is
-   checkpointed and truncated.
+   text, any trace that recalled the session or one of those facts (from any session); then
+   SQLite's WAL is checkpointed and truncated.
 A rebuild running meanwhile replays the tombstone after whatever it indexed earlier, so its new
 shard drops the session's points as well. The Memory Gateway keeps what was added to it (its
 protocol has no delete).
@@ -105,10 +105,16 @@ async def delete_session(
     facts = await _delete_facts(runtime, token_id, user, rows.event_ids)
     await _sweep_session(runtime, token_id, user, session, rows.event_ids, bool(facts))
 
+    fact_ids = [m.id for m in facts]
+    # A request of another session may have recalled one of those facts: its trace quotes
+    # the fact's text, not the turn it came from.
+    fact_texts = {m.text[:TRACE_TEXT] for m in facts if m.text}
+
     def last(conn: Connection) -> None:
         with erase_rows.secure_delete(conn):
-            delete_fact_text(conn, token_id, user, facts, rows.event_ids)
+            delete_fact_text(conn, token_id, user, fact_ids, rows.event_ids)
             erase_rows.erase_traces(conn, token_id, (), set(rows.event_ids), user, session)
+            _erase_traces_quoting(conn, token_id, "longterm", fact_texts)
 
     await runtime.db.write(last)
     await erase_rows.rewrite_files(runtime.db, runtime.engine)
@@ -183,18 +189,17 @@ def _object(raw: str) -> dict[str, Any]:
 
 async def _delete_facts(
     runtime: MemoryServices, token_id: int, user: str, event_ids: Sequence[str]
-) -> list[str]:
-    """The long-term facts the session's turns added, deleted; their memory ids."""
+) -> list[StoredMemory]:
+    """The long-term facts the session's turns added, deleted."""
     if not event_ids:
         return []
     record = await runtime.tokens.get(token_id)
     config = record.config if record is not None else None
     if config is None or not runtime.longterm.consumes(config):
         return []
-    gone = await runtime.longterm.delete_of_turns(
-        token_id, config, user, event_ids, "session_deleted"
+    return list(
+        await runtime.longterm.delete_of_turns(token_id, config, user, event_ids, "session_deleted")
     )
-    return [m.id for m in gone]
 
 
 async def _sweep_session(
