@@ -29,7 +29,7 @@ router = APIRouter(
 )
 
 
-# Shown in /docs (and sent by the fuzzing test's examples phase).
+# In /openapi.json (and sent by the fuzzing test's examples phase).
 _EXAMPLES: dict[str, dict[str, Any]] = {
     "create": {
         "name": "support-bot",
