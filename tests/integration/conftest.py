@@ -1,11 +1,12 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
+from memory_bridge.storage.db import Database, create_engine, create_schema, session_factory
 from tests.fakes.gateway import FakeGateway
 from tests.fakes.upstream import FakeUpstream
 from tests.support.databases import fresh_postgres_url, needs_postgres
@@ -52,6 +53,17 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
     else:
         with fresh_postgres_url() as url:
             yield url
+
+
+@pytest.fixture
+async def db(database_url: str) -> AsyncIterator[Database]:
+    """The storage layer alone on a fresh database of each kind, its schema made."""
+    engine = create_engine(database_url)
+    await create_schema(engine)
+    database = session_factory(engine)
+    yield database
+    await database.close()
+    await engine.dispose()
 
 
 @pytest.fixture

@@ -5,14 +5,12 @@ not written; the buffer is bounded."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 from sqlalchemy import func, select
 
 from memory_bridge.storage import access
 from memory_bridge.storage.access import AccessStats
-from memory_bridge.storage.db import Database, create_engine, create_schema, session_factory
+from memory_bridge.storage.db import Database
 from memory_bridge.storage.tables import memory_access
 
 
@@ -20,16 +18,6 @@ async def _rows(db: Database) -> int:
     return int(
         await db.run(lambda c: c.execute(select(func.count()).select_from(memory_access)).scalar())
     )
-
-
-@pytest.fixture
-async def db(database_url: str) -> AsyncIterator[Database]:
-    engine = create_engine(database_url)
-    await create_schema(engine)
-    database = session_factory(engine)
-    yield database
-    await database.close()
-    await engine.dispose()
 
 
 async def test_uses_are_written_in_a_batch_and_read_per_end_user(db: Database) -> None:

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
 
-import pytest
 from sqlalchemy import ColumnElement, Connection, Table, func, insert, select
 
 from memory_bridge.core.messages import Message
@@ -17,20 +15,10 @@ from memory_bridge.events import log, queue
 from memory_bridge.events.model import EventType, NewEvent, session_aggregate
 from memory_bridge.events.recorder import TurnRecorder
 from memory_bridge.lifecycle import erase_rows
-from memory_bridge.storage.db import Database, create_engine, create_schema, session_factory
+from memory_bridge.storage.db import Database
 from memory_bridge.storage.tables import context_traces, events, jobs, memory_events, messages
 
 TOKEN = 7
-
-
-@pytest.fixture
-async def db(database_url: str) -> AsyncIterator[Database]:
-    engine = create_engine(database_url)
-    await create_schema(engine)
-    database = session_factory(engine)
-    yield database
-    await database.close()
-    await engine.dispose()
 
 
 def _turn(user: str, session: str, text: str, request_id: str) -> NewEvent:

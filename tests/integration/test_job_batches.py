@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 
-import pytest
 from sqlalchemy import Connection, select
 
 from memory_bridge.events import log, queue
@@ -18,18 +17,8 @@ from memory_bridge.events.queue import Job
 from memory_bridge.jobs.contract import WorkerSettings
 from memory_bridge.jobs.worker import JobWorker
 from memory_bridge.sources.base import JobStep, PermanentFailure
-from memory_bridge.storage.db import Database, create_engine, create_schema, session_factory
+from memory_bridge.storage.db import Database
 from memory_bridge.storage.tables import jobs
-
-
-@pytest.fixture
-async def db(database_url: str) -> AsyncIterator[Database]:
-    engine = create_engine(database_url)
-    await create_schema(engine)
-    database = session_factory(engine)
-    yield database
-    await database.close()
-    await engine.dispose()
 
 
 class _Batcher:

@@ -9,9 +9,7 @@ import asyncio
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
 
-import pytest
 from sqlalchemy import Connection, select
 
 from memory_bridge.events import log, owners, queue
@@ -20,18 +18,8 @@ from memory_bridge.events.queue import Job
 from memory_bridge.jobs.contract import WorkerSettings
 from memory_bridge.jobs.worker import JobWorker
 from memory_bridge.sources.base import JobStep
-from memory_bridge.storage.db import Database, create_engine, create_schema, session_factory
+from memory_bridge.storage.db import Database
 from memory_bridge.storage.tables import jobs
-
-
-@pytest.fixture
-async def db(database_url: str) -> AsyncIterator[Database]:
-    engine = create_engine(database_url)
-    await create_schema(engine)
-    database = session_factory(engine)
-    yield database
-    await database.close()
-    await engine.dispose()
 
 
 class _Slow:

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
-import pytest
 from sqlalchemy import Connection, select, update
 
 from memory_bridge.events import queue
@@ -19,16 +17,6 @@ from memory_bridge.jobs.worker import JobWorker
 from memory_bridge.sources.base import JobStep, OutcomeUnknown, PermanentFailure
 from memory_bridge.storage.db import Database, create_engine, create_schema, session_factory
 from memory_bridge.storage.tables import jobs
-
-
-@pytest.fixture
-async def db(database_url: str) -> AsyncIterator[Database]:
-    engine = create_engine(database_url)
-    await create_schema(engine)
-    database = session_factory(engine)
-    yield database
-    await database.close()
-    await engine.dispose()
 
 
 async def _enqueue(db: Database, order_key: str, event_id: str, consumer: str = "c") -> None:
