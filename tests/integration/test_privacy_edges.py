@@ -78,5 +78,7 @@ def test_nothing_below_docs_answers_a_service_token(proxy: Proxy) -> None:
         assert reply.status_code == 403, (path, reply.status_code)
         assert "swagger" not in reply.text.lower()
     admin = proxy.admin_headers
-    assert httpx.get(f"{proxy.url}/docs", headers=admin).status_code == 200
+    # No page there for anyone (the API reference is /openapi.json, admin-only).
+    assert httpx.get(f"{proxy.url}/docs", headers=admin).status_code == 404
     assert httpx.get(f"{proxy.url}/docs/oauth2-redirect", headers=admin).status_code == 404
+    assert httpx.get(f"{proxy.url}/openapi.json", headers=admin).status_code == 200
