@@ -16,3 +16,12 @@ def iso_utc(value: datetime | None) -> str | None:
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
     return value.isoformat()
+
+
+def epoch_of(value: object) -> float | None:
+    """An ISO 8601 time (naive: UTC) as epoch seconds; None when absent or unreadable."""
+    try:
+        parsed = datetime.fromisoformat(str(value))
+    except ValueError:
+        return None
+    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()

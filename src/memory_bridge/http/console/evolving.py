@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import UTC, datetime
 from typing import Annotated, Any
 from urllib.parse import quote
 
@@ -17,6 +16,7 @@ from starlette.responses import Response
 from memory_bridge.context.forge import fade
 from memory_bridge.context.forge.intent import Intent
 from memory_bridge.core.errors import ProxyError
+from memory_bridge.core.timestamps import epoch_of
 from memory_bridge.events import log as event_log
 from memory_bridge.events.model import EventType, session_aggregate
 from memory_bridge.http.console import session as auth
@@ -140,17 +140,9 @@ def _summary(event: Any) -> dict[str, Any]:
         "text": str(payload.get("text", "")),
         "covers": covers[:MAX_COVERS_SHOWN],
         "covered": len(covers),
-        "at": _epoch(payload.get("last_at")),
+        "at": epoch_of(payload.get("last_at")),
         "summarised_at": event.created_at,
     }
-
-
-def _epoch(value: object) -> float | None:
-    try:
-        parsed = datetime.fromisoformat(str(value))
-    except ValueError:
-        return None
-    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
 
 
 @router.post("/evolving/{token}/{memory_id}/restore")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import UTC, datetime
 from typing import Annotated, Any
 from urllib.parse import quote
 
@@ -16,6 +15,7 @@ from memory_bridge.context.forge import fade
 from memory_bridge.context.forge.intent import Intent
 from memory_bridge.core.errors import ProxyError
 from memory_bridge.core.messages import Message
+from memory_bridge.core.timestamps import epoch_of
 from memory_bridge.core.turn import Scope, Turn
 from memory_bridge.http.console import session as auth
 from memory_bridge.http.console.views import PAGE, offset_of, page, redirect, token_choices
@@ -127,18 +127,9 @@ async def _fading(
         mine = [f for f in facts if str(f["user"] or "") == user]
         used = await access.last_used(token, user, [("longterm", f["id"]) for f in mine])
         for f in mine:
-            made = _epoch(f["updated_at"])
+            made = epoch_of(f["updated_at"])
             f["fading"] = fade.reading("longterm", f["id"], made, None, used, now, rules)
     return True
-
-
-def _epoch(value: object) -> float | None:
-    """Mem0's ISO time (naive: UTC) as epoch seconds; None when absent or unreadable."""
-    try:
-        parsed = datetime.fromisoformat(str(value))
-    except ValueError:
-        return None
-    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
 
 
 @router.post("/memories/{token}/{memory_id}")
