@@ -211,9 +211,9 @@ def test_four_workers_drain_2000_jobs_once_each_in_session_order(setup: Setup) -
     victim = workers[0]
     owner = f"%:{victim.pid}:%"
     try:
-        poll(lambda: adds() >= RATE_FROM, f"{RATE_FROM} adds", timeout=120)
+        poll(lambda: adds() >= RATE_FROM, f"{RATE_FROM} adds", timeout=600)
         t_from = time.monotonic()
-        poll(lambda: adds() >= HOLD_AFTER_ADDS, f"{HOLD_AFTER_ADDS} adds", timeout=120)
+        poll(lambda: adds() >= HOLD_AFTER_ADDS, f"{HOLD_AFTER_ADDS} adds", timeout=600)
         rate = (HOLD_AFTER_ADDS - RATE_FROM) / (time.monotonic() - t_from)
         s.gateway.fail("add", "timeout")  # adds now hang unanswered: every worker has one
 
@@ -225,7 +225,7 @@ def test_four_workers_drain_2000_jobs_once_each_in_session_order(setup: Setup) -
             )
             return bool(found[0][0])
 
-        poll(victim_mid_add, "the victim to have an add in flight", timeout=60)
+        poll(victim_mid_add, "the victim to have an add in flight", timeout=300)
         victim.kill()
         held = rows(
             "select id, step from jobs where lease_owner like $1 and status = 'running'", owner
@@ -240,7 +240,7 @@ def test_four_workers_drain_2000_jobs_once_each_in_session_order(setup: Setup) -
             busy = rows("select count(*) from jobs where status in ('pending', 'running')")
             return bool(busy[0][0] == 0)
 
-        poll(drained, "the queue to drain", timeout=180)
+        poll(drained, "the queue to drain", timeout=900)
         for worker in workers[1:]:
             assert worker.terminate() == 0, worker.log_tail()
     finally:

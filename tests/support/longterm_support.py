@@ -26,7 +26,7 @@ T = TypeVar("T")
 
 MEMORY_LLM_KEY = "sk-memory-llm-secret-0123456789abcdef"
 EMBED_KEY = "sk-embedder-secret-0123456789abcdef"
-WAIT = 20.0  # upper bound for background work to land; never a measured duration
+WAIT = 120.0  # upper bound for background work to land; never a measured duration
 
 
 def memory_fields(upstream_url: str, dims: int = 32, **extra: Any) -> dict[str, Any]:
