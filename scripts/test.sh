@@ -25,4 +25,11 @@ fi
 .venv/bin/ruff check src tests scripts
 .venv/bin/ruff format --check src tests scripts
 .venv/bin/mypy --strict src
-.venv/bin/python -m pytest --cov --cov-report=term --cov-fail-under=90 "$@"
+if [ "$#" -gt 0 ]; then
+    exec .venv/bin/python -m pytest "$@"
+fi
+# Unit and integration tests in two processes (a test file stays in one: it shares its servers);
+# then the end-to-end tests one at a time: they kill processes, load the machine and measure
+# threads and memory, which a neighbour would disturb. Coverage adds up over both runs.
+.venv/bin/python -m pytest -n 2 --dist loadfile --cov --cov-report= tests/unit tests/integration
+.venv/bin/python -m pytest --cov --cov-append --cov-report=term --cov-fail-under=90 tests/e2e

@@ -29,13 +29,14 @@ def _add_plan_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--rss-requests",
         default=None,
-        help="served-request counts at which RSS is read, 'EARLY,LATE' (default 1000,10000)",
+        help="served-request counts at which RSS is read, 'EARLY,LATE' "
+        "(default 1000,10000; quick 30,90)",
     )
     parser.add_argument(
         "--cpu-requests",
         default=None,
         help="non-streaming and streaming requests of the CPU figures, 'N,M' "
-        "(default 2000,300; quick 300,30)",
+        "(default 2000,300; quick 100,15)",
     )
 
 

@@ -70,8 +70,8 @@ def make_plan(args: argparse.Namespace) -> Plan:
             duration=0.5,
             warmup=0.2,
             warm_requests=8,
-            rss_counts=(60, 200),
-            cpu_counts=(300, 30),
+            rss_counts=(30, 90),
+            cpu_counts=(100, 15),
         )
     else:
         plan = Plan(
