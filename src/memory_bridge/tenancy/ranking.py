@@ -77,7 +77,12 @@ class Ranking(BaseModel):
     # keyword search) is ranked when `graph_weight` > 0. False: the graph rank only boosts
     # memories the searches found too (a shared name as more evidence, not as the only one).
     graph_reach: StrictBool = True
-    recency_weight: _Weight = 0.1  # how much a fresh item gains over an old one
+    # How much a fresh item gains over an old one. 0 by default: recency is a tie-breaker
+    # (on equal scores the newer item ranks first, `context.forge.rank`), not a weight. At 0.1
+    # it cost LoCoMo turn@10 0.013 with every message stored at its session's date
+    # (docs/performance.md); what is stale is superseded or, opted in, fades. A token may
+    # weigh it.
+    recency_weight: _Weight = 0.0
     half_life_days: Annotated[float, Field(gt=0.0, le=36_500.0)] = 30.0
     importance_weight: _Weight = 0.1
     # Fading (`context.forge.fade`): an item's score decays with the time since it was last
