@@ -17,6 +17,8 @@ from memory_bridge.core.candidates import Candidate, Scored
 from memory_bridge.tenancy.ranking import Ranking
 
 RRF_K = 60
+# Final scores are ~1e-2; two that agree to this many decimals are a tie.
+TIE_DIGITS = 12
 
 
 def fused_score(candidate: Candidate, weights: Ranking) -> float:
@@ -85,7 +87,8 @@ def rank(
 def _order(s: Scored) -> tuple[float, float, str, str]:
     created = s.candidate.created_at
     return (
-        -s.final,
+        # Rounded: scores equal but for the order of a float sum are equal (the date decides).
+        -round(s.final, TIE_DIGITS),
         -created if created is not None else math.inf,
         s.candidate.source,
         s.candidate.id,
