@@ -2,7 +2,9 @@
 prompt: a 30-turn session (imported at a past date, so it is idle) gets one summary with its
 lineage; a question answered in those turns gets the summary injected and the raw turn it
 covers dropped (`summarised`); a rebuild of the episodic index keeps it so; no summaries for a
-token that does not ask for them."""
+token that does not ask for them. The importance the LLM gives a summary is stored with it and
+read by fading (a summary rated 0.9 fades slower than one at the default); an importance out of
+range is the default."""
 
 from __future__ import annotations
 
@@ -31,6 +33,18 @@ def _summariser(prompts: list[str]) -> Callable[[Any], Scenario | None]:
             return None
         prompts.append(str(messages[-1]["content"]))
         return Scenario(content=SUMMARY)
+
+    return respond
+
+
+def _rating_summariser(importance: list[object]) -> Callable[[Any], Scenario | None]:
+    """Answers the summary prompt with the JSON it asks for, rated `importance[0]`."""
+
+    def respond(payload: Any) -> Scenario | None:
+        messages = payload.get("messages") or []
+        if not messages or "Conversation Summariser" not in str(messages[0].get("content")):
+            return None
+        return Scenario(content=json.dumps({"summary": SUMMARY, "importance": importance[0]}))
 
     return respond
 
@@ -153,3 +167,51 @@ def test_an_idle_session_is_summarised_and_the_summary_replaces_its_turns(
     assert "4417" not in json.dumps(_events(proxy, token_id))
     _ask(proxy, token)
     assert "4417" not in forwarded_recall(upstream)
+
+
+def test_the_importance_the_llm_gives_a_summary_slows_its_fading(
+    proxy: Proxy, upstream: FakeUpstream
+) -> None:
+    upstream.memory_responder = _no_facts
+    importance: list[object] = [0.9]
+    upstream.responder = _rating_summariser(importance)
+    fields = memory_fields(proxy.upstream_url, embed_body={"model": "bow-words"})
+    # Fading on, with a half-life long enough that nothing fades under the floor.
+    memory = {
+        "longterm": {"summaries": True, "summaryTurns": 50},
+        "forge": {"fadeHalfLifeDays": 3650},
+    }
+    body = _session_lines(30)
+    rated_id, rated = proxy.create_token(name="rated", memory=memory, **fields)
+    _import(proxy, rated_id, body)
+    wait_until(_jobs_done(proxy, rated_id, "episodic", "summary"), what="the rated summary")
+    importance[0] = 1.5  # out of range: the default
+    plain_id, plain = proxy.create_token(name="out-of-range", memory=memory, **fields)
+    _import(proxy, plain_id, body)
+    wait_until(_jobs_done(proxy, plain_id, "episodic", "summary"), what="the other summary")
+
+    def summary_of(token_id: int) -> dict[str, Any]:
+        (event,) = [e for e in _events(proxy, token_id) if e["type"] == "session.summarised"]
+        assert event["payload"]["text"] == SUMMARY
+        return dict(event["payload"])
+
+    assert summary_of(rated_id)["importance"] == 0.9
+    assert "importance" not in summary_of(plain_id)
+
+    def read(token_id: int, token: str) -> dict[str, Any]:
+        trace = proxy.admin("GET", f"/tokens/{token_id}/traces/{_ask(proxy, token)}").json()
+        item = {c["text"]: c for c in trace["candidates"]}[SUMMARY]
+        assert item["kept"]
+        return dict(item)
+
+    high, default = read(rated_id, rated), read(plain_id, plain)
+    assert (high["importance"], default["importance"]) == (0.9, 0.5)
+    # Said on the same day, never used: the rated summary has kept more of its score.
+    assert high["date"] == default["date"]
+    assert 0.1 < default["scores"]["fade"] < high["scores"]["fade"] < 1
+
+    # A rebuild of the episodic index from the log keeps the importance.
+    reply = proxy.admin("POST", f"/tokens/{rated_id}/rebuild", params={"layer": "episodic"})
+    assert reply.status_code == 202
+    wait_until(_jobs_done(proxy, rated_id, "rebuild"), what="the rebuild")
+    assert read(rated_id, rated)["importance"] == 0.9

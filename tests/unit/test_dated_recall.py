@@ -29,6 +29,30 @@ def test_on_equal_relevance_the_newer_item_ranks_first() -> None:
     assert [s.candidate.id for s in ranked] == ["b", "a", "0"]
 
 
+def test_with_the_defaults_the_date_breaks_ties_and_never_outweighs_relevance() -> None:
+    # Ids ordered against the dates (ties otherwise go by id), so only the date can put the
+    # newer first.
+    new = Candidate("episodic", "b", "I live in Berlin", sparse_rank=3, created_at=JUNE)
+    old = Candidate("episodic", "a", "I live in Paris", sparse_rank=3, created_at=MARCH)
+    ranked = rank([old, new], Ranking(), NOW)
+    assert [s.candidate.id for s in ranked] == ["b", "a"]
+    assert ranked[0].final == ranked[1].final
+    # One place better in the keyword list beats four months newer: the date is no weight.
+    older_but_better = Candidate(
+        "episodic", "c", "I moved to Paris", sparse_rank=2, created_at=MARCH
+    )
+    ranked = rank([new, older_but_better], Ranking(), NOW)
+    assert [s.candidate.id for s in ranked] == ["c", "b"]
+
+
+def test_scores_equal_but_for_float_rounding_are_a_tie_the_date_breaks() -> None:
+    # 0.5/63 + 1/90 == 0.5/70 + 1/84 exactly, yet the two float sums differ in the last bit.
+    old = Candidate("episodic", "a", "Paris", dense_rank=3, sparse_rank=30, created_at=MARCH)
+    new = Candidate("episodic", "b", "Berlin", dense_rank=10, sparse_rank=24, created_at=JUNE)
+    assert 0.5 / 63 + 1 / 90 != 0.5 / 70 + 1 / 84
+    assert [s.candidate.id for s in rank([old, new], Ranking(), NOW)] == ["b", "a"]
+
+
 def test_the_block_lists_dated_items_oldest_first_with_their_date() -> None:
     template = MemoryTemplate("M:\n{memories}")
     block = template.render(

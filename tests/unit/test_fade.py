@@ -109,3 +109,13 @@ def test_the_trace_shows_each_item_s_fade() -> None:
     assert item["scores"]["fade"] == pytest.approx(0.5)
     assert item["importance"] == 0.5 and item["last_used"] is not None
     assert trace["fading"] == {"half_life_days": 30.0, "floor": 0.1}
+
+
+def test_an_items_own_importance_weighs_in_the_rank_and_none_counts_as_the_default() -> None:
+    rated = _item("a", 10, importance=0.9)
+    middle = _item("b", 10, importance=DEFAULT_IMPORTANCE)
+    unrated = _item("c", 10)
+    low = _item("d", 10, importance=0.1)
+    ranked = rank([low, unrated, middle, rated], Ranking(), NOW)
+    assert [s.candidate.id for s in ranked] == ["a", "b", "c", "d"]
+    assert ranked[1].final == ranked[2].final  # no importance of its own: the middle one

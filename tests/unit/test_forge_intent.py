@@ -39,11 +39,16 @@ def test_each_intent_has_its_weights_and_the_token_keeps_the_last_word() -> None
     temporal = ranking_for(base, None, Intent.TEMPORAL)
     relational = ranking_for(base, None, Intent.RELATIONAL)
     assert ranking_for(base, None, Intent.FACTUAL) == base
-    assert temporal.recency_weight > base.recency_weight
+    # A "when" question asks about a moment, not about the latest: no recency weight.
+    assert temporal == base and temporal.recency_weight == 0
     assert relational.per_source["episodic"][0] < base.per_source["episodic"][0]
-    assert temporal != relational and temporal.memory_token_budget == 900
+    assert temporal != relational and relational.memory_token_budget == 900
     # The token's explicit value wins over the intent's preset; the rest of it still applies.
-    forge = parse_memory_config({"forge": {"recencyWeight": 0.05}}).forge
+    forge = parse_memory_config(
+        {"forge": {"sourceWeights": {"episodic": {"dense": 0.9}}, "recencyWeight": 0.05}}
+    ).forge
+    own = ranking_for(base, forge, Intent.RELATIONAL)
+    assert (own.per_source["episodic"], own.recency_weight) == ((0.9, 1.0), 0.05)
     assert ranking_for(base, forge, Intent.TEMPORAL).recency_weight == 0.05
     # And a token may turn the presets off.
     off = parse_memory_config({"forge": {"intentWeights": False}}).forge

@@ -12,6 +12,7 @@ import pytest
 
 from memory_bridge.lifecycle import import_lines
 from memory_bridge.lifecycle.import_lines import ImportBounds, ImportRefused, stage
+from memory_bridge.lifecycle.import_payloads import payload_of
 from memory_bridge.lifecycle.transfer import UnknownClass, parse_classes
 
 BOUNDS = ImportBounds(curated_max_bytes=65536, max_stored_message_bytes=65536)
@@ -156,3 +157,19 @@ async def test_an_import_obeys_the_api_bounds(tmp_path: Path) -> None:
     assert set(message) == {"role", "content"}
     assert doc.payload["body"] == "é" * 50
     staged.discard()
+
+
+def test_a_summarys_importance_is_kept_when_valid_and_refused_when_not() -> None:
+    summary = {
+        "user": "ada",
+        "session": "s",
+        "text": "T",
+        "covers": ["e1"],
+        "last_at": "2026-01-02",
+    }
+    kind = "session.summarised"
+    assert "importance" not in payload_of(kind, summary, BOUNDS)  # an older export: the default
+    assert payload_of(kind, {**summary, "importance": 0.9}, BOUNDS)["importance"] == 0.9
+    for bad in (1.5, -1, "high", True):
+        with pytest.raises(ValueError, match="importance"):
+            payload_of(kind, {**summary, "importance": bad}, BOUNDS)

@@ -1,20 +1,23 @@
 """Session summaries, the pure part: when a turn's job summarises (idle or busy session), the
-transcript it sends, the forge dropping the raw turns a candidate summary covers, and a
-summary job's delay in the queue."""
+transcript it sends, the answer read (summary and importance, an invalid importance the
+default), the forge dropping the raw turns a candidate summary covers, and a summary job's
+delay in the queue."""
 
 from __future__ import annotations
 
+import logging
 import time
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 from sqlalchemy import create_engine, select
 
 from memory_bridge.context.forge.summarised import drop_summarised
 from memory_bridge.core.candidates import Candidate, Drop, Scored
 from memory_bridge.events import queue
 from memory_bridge.events.model import EventType, StoredEvent
-from memory_bridge.sources.summaries import due, transcript
+from memory_bridge.sources.summaries import due, parse_answer, summary_point, transcript
 from memory_bridge.storage.tables import jobs, metadata
 
 AT = datetime(2025, 5, 1, tzinfo=UTC)
@@ -84,3 +87,48 @@ def test_a_consumer_delay_makes_its_job_due_later() -> None:
         due_at = dict(conn.execute(select(jobs.c.consumer, jobs.c.next_attempt_at)).all())
     assert before <= due_at["episodic"] <= time.time()
     assert due_at["summary"] >= before + 900.0
+
+
+@pytest.mark.parametrize(
+    ("answer", "parsed"),
+    [
+        ('{"summary": "Ada moved to Oslo.", "importance": 0.9}', ("Ada moved to Oslo.", 0.9)),
+        ('```json\n{"summary": " Tea. ", "importance": 0}\n```', ("Tea.", 0.0)),
+        ('{"summary": "Tea.", "importance": 1}', ("Tea.", 1.0)),
+        # Absent or invalid: the default (None), the summary kept.
+        ('{"summary": "Tea."}', ("Tea.", None)),
+        ('{"summary": "Tea.", "importance": 1.5}', ("Tea.", None)),
+        ('{"summary": "Tea.", "importance": -0.1}', ("Tea.", None)),
+        ('{"summary": "Tea.", "importance": "high"}', ("Tea.", None)),
+        ('{"summary": "Tea.", "importance": true}', ("Tea.", None)),
+        ('{"summary": "Tea.", "importance": NaN}', ("Tea.", None)),
+        # A model that answered in plain text: that is the summary.
+        ("  Ada likes tea.  ", ("Ada likes tea.", None)),
+        ("[1, 2]", ("[1, 2]", None)),
+        # JSON without a summary text: no summary.
+        ('{"importance": 0.9}', ("", None)),
+        ('{"summary": "  ", "importance": 0.9}', ("", None)),
+    ],
+)
+def test_the_answer_gives_the_summary_and_a_valid_importance_or_the_default(
+    answer: str, parsed: tuple[str, float | None]
+) -> None:
+    assert parse_answer(answer) == parsed
+
+
+def test_an_invalid_importance_is_logged_without_the_answers_words(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="memory_bridge.sources.summaries"):
+        assert parse_answer('{"summary": "Code 4417.", "importance": 7}') == ("Code 4417.", None)
+    assert "importance" in caplog.text and "4417" not in caplog.text
+
+
+def test_a_summary_point_carries_its_importance_and_an_older_event_reads_as_the_default() -> None:
+    payload = {"user": "ada", "session": "s", "text": "T", "covers": ["t1"], "last_at": str(AT)}
+    older = summary_point(1, "s1", payload)
+    rated = summary_point(1, "s1", {**payload, "importance": 0.9})
+    invalid = summary_point(1, "s1", {**payload, "importance": 3})
+    assert (older.importance, rated.importance, invalid.importance) == (None, 0.9, None)
+    assert "importance" not in older.extra and rated.extra["importance"] == 0.9
+    assert rated.created_at == AT.timestamp()

@@ -4,6 +4,7 @@ the forge hands back: each candidate's fate, for the prompt and for the trace.""
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -54,6 +55,16 @@ def iso_day(epoch: float | None) -> str | None:
         return datetime.fromtimestamp(epoch, UTC).date().isoformat()
     except (OverflowError, OSError, ValueError):
         return None
+
+
+def importance_of(value: object) -> float | None:
+    """An importance as a source or a stored event gives it: a number from 0 to 1, else None
+    (the reader's default)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if not math.isfinite(value) or not 0.0 <= value <= 1.0:
+        return None
+    return float(value)
 
 
 class Drop(StrEnum):

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from memory_bridge.core.candidates import importance_of
 from memory_bridge.core.message_bounds import bounded, truncate
 from memory_bridge.core.messages import Message
 from memory_bridge.events.model import EventType
@@ -66,6 +67,10 @@ def payload_of(kind: str, data: dict[str, Any], bounds: ImportBounds) -> dict[st
                 raise ValueError(f"'covers' must be a list of at most {MAX_COVERED} event ids")
             out["covers"] = [string({"id": c}, "id", MAX_ID, empty=False) for c in covers]
             out["last_at"] = time_of(data["last_at"]).isoformat()
+            if data.get("importance") is not None:  # absent in older exports: the default
+                out["importance"] = importance_of(data["importance"])
+                if out["importance"] is None:
+                    raise ValueError("'importance' must be a number from 0 to 1")
         return out
     if kind.startswith("curated."):
         doc = data["kind"]

@@ -31,8 +31,8 @@ from memory_bridge.embedding.embedders import SPARSE_ONLY, Embedders, EmbedderSp
 from memory_bridge.sources.base import Exchange, OnRecallFailure, Recall
 from memory_bridge.sources.episodic_points import (
     KIND,
-    SUMMARY,
     SummaryPoint,
+    importance,
     lineage,
     summary_point_id,
     turn_point,
@@ -196,6 +196,7 @@ class EpisodicMemory:
                     sparse_coverage=hit.sparse_coverage,
                     query_terms=hit.query_terms,
                     created_at=hit.payload.created_at or None,
+                    importance=importance(hit.payload),
                     lineage=lineage(hit.payload, g),
                 )
             )
@@ -208,6 +209,7 @@ class EpisodicMemory:
                         text=g.point.payload.text,
                         graph_rank=g.rank,
                         created_at=g.point.payload.created_at or None,
+                        importance=importance(g.point.payload),
                         lineage=lineage(g.point.payload, g),
                     )
                 )
@@ -328,7 +330,7 @@ class EpisodicMemory:
                     session=summary.session,
                     event_id=summary.summary_id,
                     created_at=summary.created_at,
-                    extra={"type": SUMMARY, "covers": list(summary.covers)},
+                    extra=summary.extra,
                 ),
                 index_text=summary.text,
             )

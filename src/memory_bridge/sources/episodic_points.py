@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from memory_bridge.core.candidates import importance_of
 from memory_bridge.core.entities import Entity
 from memory_bridge.sources.base import Exchange
 from memory_bridge.sources.relational import GraphHit
@@ -31,6 +32,15 @@ class SummaryPoint:
     text: str
     covers: tuple[str, ...]  # the `session.appended` event ids it summarises
     created_at: float  # when the last covered turn was stored
+    importance: float | None = None  # the memory LLM's, 0..1; None: the default
+
+    @property
+    def extra(self) -> dict[str, Any]:
+        """The point's `extra` payload: its type, lineage and importance (when it has one)."""
+        extra: dict[str, Any] = {"type": SUMMARY, "covers": list(self.covers)}
+        if self.importance is not None:
+            extra["importance"] = self.importance
+        return extra
 
 
 def turn_point_id(event_id: str, i: int) -> str:
@@ -49,6 +59,11 @@ def _summary_lineage(extra: Mapping[str, Any]) -> list[tuple[str, str]]:
     if extra.get("type") != SUMMARY or not isinstance(covers, list):
         return []
     return [("type", SUMMARY), ("covers", ",".join(str(c) for c in covers))]
+
+
+def importance(payload: PointPayload) -> float | None:
+    """A point's own importance (a session summary's, from the memory LLM), else None."""
+    return importance_of(payload.extra.get("importance")) if payload.extra else None
 
 
 def turn_point(

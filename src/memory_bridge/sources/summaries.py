@@ -6,21 +6,25 @@ a memory LLM: no memory LLM, no summaries) enqueues a `summary` job due SUMMARY_
 later, in its session's order. When it runs it summarises the session's unsummarised turns if
 its turn is still the session's latest (nothing was said for that long: the session is idle) or
 if they number `summaryTurns` or more (a busy session); otherwise a later turn's job will look
-again. The summary is a `session.summarised` event — its text and its lineage, the ids of the
-`session.appended` events it covers — and a point of the episodic index beside those turns
-(`EpisodicMemory.index_summary`), so recall finds it like them; the forge then drops the raw
-turns a recalled summary covers (`context.forge.summarised`).
+again. The summary is a `session.summarised` event — its text, its importance when the LLM
+gave a valid one, and its lineage, the ids of the `session.appended` events it covers — and a
+point of the episodic index beside those turns (`EpisodicMemory.index_summary`), so recall finds
+it like them; the forge then drops the raw turns a recalled summary covers
+(`context.forge.summarised`) and fades it by its importance (`context.forge.fade`).
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, select
 
+from memory_bridge.core.candidates import importance_of
 from memory_bridge.events import log as event_log
 from memory_bridge.events.model import EventType, NewEvent, StoredEvent, session_aggregate
 from memory_bridge.sources.base import Exchange
@@ -40,8 +44,11 @@ MAX_SUMMARY_CHARS = 4_000
 
 SYSTEM_PROMPT = """You are a Conversation Summariser for a memory store about one user.
 Summarise the conversation below in a few sentences: what the user said about themselves, what
-was decided or learned, with names, places, numbers and dates as they were given. Write plain
-text only, in the language of the conversation."""
+was decided or learned, with names, places, numbers and dates as they were given, in the
+language of the conversation. Also rate how much the conversation matters for remembering the
+user later, from 0 (small talk) to 1 (essential facts, decisions, commitments).
+Answer with one JSON object and nothing else:
+{"summary": "<the summary, plain text>", "importance": <a number from 0 to 1>}"""
 
 
 def enabled(config: TokenConfig) -> bool:
@@ -65,20 +72,19 @@ class SessionSummaries:
         pending = due(events, exchange.event_id, limit)
         if not pending:
             return
-        text = await self._summarise(scope.token_id, config, pending)
+        text, importance = parse_answer(await self._summarise(scope.token_id, config, pending))
         if not text:
             return
-        summary = NewEvent(
-            EventType.SESSION_SUMMARISED,
-            aggregate,
-            {
-                "user": scope.user,
-                "session": scope.session,
-                "text": text,
-                "covers": [e.event_id for e in pending],
-                "last_at": pending[-1].created_at.isoformat(),
-            },
-        )
+        payload: dict[str, Any] = {
+            "user": scope.user,
+            "session": scope.session,
+            "text": text,
+            "covers": [e.event_id for e in pending],
+            "last_at": pending[-1].created_at.isoformat(),
+        }
+        if importance is not None:  # absent: the default importance, as for older events
+            payload["importance"] = importance
+        summary = NewEvent(EventType.SESSION_SUMMARISED, aggregate, payload)
         await event_log.write_appending(
             self._db, lambda conn: event_log.append(conn, scope.token_id, [summary])
         )
@@ -100,8 +106,32 @@ class SessionSummaries:
             {"role": "system", "content": SYSTEM_PROMPT},
             {"role": "user", "content": transcript(turns)},
         ]
-        answer = await self._longterm.pool.with_memory(spec, lambda m: _ask(m, asked), write=True)
-        return answer.strip()[:MAX_SUMMARY_CHARS]
+        return await self._longterm.pool.with_memory(spec, lambda m: _ask(m, asked), write=True)
+
+
+def parse_answer(answer: str) -> tuple[str, float | None]:
+    """(summary text, importance or None for the default) of the memory LLM's answer: the
+    JSON object the prompt asks for; a plain-text answer (a model that ignored the format) is
+    the summary itself. A JSON answer without a summary text gives none; an importance that is
+    not a number from 0 to 1 is the default, logged (never the answer's words)."""
+    text = answer.strip()
+    fenced = re.fullmatch(r"```(?:json)?\s*(.*?)\s*```", text, flags=re.DOTALL)
+    if fenced is not None:
+        text = fenced.group(1)
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return text[:MAX_SUMMARY_CHARS], None
+    if not isinstance(data, dict):
+        return text[:MAX_SUMMARY_CHARS], None
+    summary = data.get("summary")
+    if not isinstance(summary, str) or not summary.strip():
+        log.warning("the summary answer has no 'summary' text; no summary stored")
+        return "", None
+    importance = importance_of(data.get("importance"))
+    if importance is None and data.get("importance") is not None:
+        log.warning("the summary's importance is not a number from 0 to 1; the default is used")
+    return summary.strip()[:MAX_SUMMARY_CHARS], importance
 
 
 def due(events: Sequence[StoredEvent], event_id: str, turns: int) -> list[StoredEvent]:
@@ -128,6 +158,7 @@ def summary_point(token_id: int, summary_id: str, payload: Mapping[str, Any]) ->
         text=str(payload["text"]),
         covers=tuple(str(c) for c in payload["covers"]),
         created_at=datetime.fromisoformat(str(payload["last_at"])).timestamp(),
+        importance=importance_of(payload.get("importance")),
     )
 
 
@@ -159,8 +190,16 @@ def _session_events(conn: Connection, aggregate: str) -> list[StoredEvent]:
 
 
 def _ask(memory: Any, asked: list[dict[str, str]]) -> str:
-    answer = memory.llm.generate_response(messages=asked)
+    answer = memory.llm.generate_response(messages=asked, response_format={"type": "json_object"})
     return answer if isinstance(answer, str) else ""
 
 
-__all__ = ["CONSUMER", "SessionSummaries", "due", "enabled", "summary_point", "transcript"]
+__all__ = [
+    "CONSUMER",
+    "SessionSummaries",
+    "due",
+    "enabled",
+    "parse_answer",
+    "summary_point",
+    "transcript",
+]

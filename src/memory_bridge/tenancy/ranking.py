@@ -77,7 +77,12 @@ class Ranking(BaseModel):
     # keyword search) is ranked when `graph_weight` > 0. False: the graph rank only boosts
     # memories the searches found too (a shared name as more evidence, not as the only one).
     graph_reach: StrictBool = True
-    recency_weight: _Weight = 0.1  # how much a fresh item gains over an old one
+    # How much a fresh item gains over an old one. 0 by default: recency is a tie-breaker
+    # (on equal scores the newer item ranks first, `context.forge.rank`), not a weight. At 0.1
+    # it cost LoCoMo turn@10 0.013 with every message stored at its session's date
+    # (docs/performance.md); what is stale is superseded or, opted in, fades. A token may
+    # weigh it.
+    recency_weight: _Weight = 0.0
     half_life_days: Annotated[float, Field(gt=0.0, le=36_500.0)] = 30.0
     importance_weight: _Weight = 0.1
     # Fading (`context.forge.fade`): an item's score decays with the time since it was last
@@ -195,7 +200,9 @@ PRESETS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
         # The graph rank as a boost of what the searches found, never a memory of its own.
         "graph_boost": partial({"graph_weight": 1.0, "graph_reach": False}),
         # The intents' presets (`context.forge.intent`, which says why).
-        "temporal": partial({"recency_weight": 0.3}),
+        # A "when" question asks about a moment, not about the latest: weighing recency (0.3)
+        # cost LoCoMo's temporal questions 0.017 turn@10 on dated storage (docs/performance.md).
+        "temporal": partial({}),
         "relational": partial({"source_weights": {"episodic": {"dense": 0.25, "sparse": 1}}}),
         "preference": partial({"source_weights": {"episodic": {"dense": 0.75, "sparse": 1}}}),
         "factual": partial({}),

@@ -32,7 +32,8 @@ __all__ = [
 
 # The sources whose items have a stable identity (a point id, a memory id) to keep stats of.
 FADED_SOURCES = RANKED_SOURCES
-# No extraction in use gives an importance today (Mem0's returns plain facts): the middle.
+# The importance of an item whose source gives none: the middle. Session summaries carry the
+# memory LLM's (`sources.summaries`); Mem0's extraction returns plain facts, and turns have none.
 DEFAULT_IMPORTANCE = 0.5
 
 

@@ -4,10 +4,11 @@ and Chinese. Each intent names a preset of the ranking configuration (`tenancy.r
 applied over the server's ranking before the token's own `memory.forge` values, so a token's
 explicit weights always win and `intentWeights: false` turns the presets off.
 
-Why these presets: a temporal question is more often about recent events than an old one
-(recency counts more); a relational question names people and places, which are exact words
+Why these presets: a relational question names people and places, which are exact words
 (the keyword list counts more); a preference is said in many ways ("I love…", "my favourite…":
-meaning counts more); a factual question keeps the defaults.
+meaning counts more); a temporal question asks when something happened, not about the latest
+thing, so it keeps the defaults (weighing recency cost LoCoMo's temporal questions, whose
+answers are in every session alike), as a factual question does.
 """
 
 from __future__ import annotations
