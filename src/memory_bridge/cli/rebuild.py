@@ -24,7 +24,6 @@ from memory_bridge.cli.common import (
     initialised_settings,
 )
 from memory_bridge.core.errors import ProxyError
-from memory_bridge.jobs.wiring import create_worker
 
 POLL = 0.5
 REEXTRACT = "reextract"
@@ -165,6 +164,7 @@ async def _follow_remote(
 async def _follow_local(token: int, layer: str, reextract: bool) -> Any:
     """Run the rebuild in this process, on the local data directory (the server stopped)."""
     from memory_bridge.events import queue_reads
+    from memory_bridge.jobs.wiring import create_worker
     from memory_bridge.lifecycle.rebuild import layers_of, reindex_state, start_rebuild
     from memory_bridge.lifecycle.reextract import start_reextract
     from memory_bridge.sources.services import open_memory_services
