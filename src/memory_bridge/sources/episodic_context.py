@@ -9,12 +9,12 @@ that says something above its neighbours that are only near it. Measured on LoCo
 (docs/performance.md, "Toward the multi-hop and open-domain targets").
 
 The neighbours of a turn's first messages are in earlier turns, already indexed: the session's
-last indexed messages are read back from the shard being written (its points of the last day,
-the last turn's in position order), and the last of them are upserted again with their new
-context (the same id, payload and vector). The session's jobs run in order (their order key),
-and a rebuild replays the log in order, so the neighbours are the ones said before. A turn
-whose neighbours are not indexed yet, or more than a day old, gets the context its own turn
-gives. Explicit facts (`memory.added`) are not a conversation: they get no neighbours and are
+last indexed messages are read back from the shard being written (from the nearest window of
+time that holds enough, at most a day; a turn's messages in their position order), and the last
+of them are upserted again with their new context (the same id, payload and vector). The
+session's jobs run in order (their order key), and a rebuild replays the log in order, so the
+neighbours are the ones said before. A turn whose neighbours are not indexed yet, or more than
+a day old, gets the context its own turn gives. Explicit facts (`memory.added`) are not a conversation: they get no neighbours and are
 nobody's neighbour (their session holds only them). The dense vector embeds the message alone:
 embedded with its neighbours it ranked far worse.
 """
@@ -31,8 +31,9 @@ BEFORE = 1
 AFTER = 1
 OWN = 2
 # How far back the session's last indexed messages are looked for (seconds), nearest first:
-# most turns follow the last within minutes, and a wider read costs more.
-LOOKBACK = (600.0, 86400.0)
+# the read stops at the first window that holds enough, so a busy session (an import, a bot)
+# reads a few recent points, never its whole day.
+LOOKBACK = (1.0, 10.0, 60.0, 600.0, 3600.0, 86400.0)
 
 
 @dataclass(frozen=True, slots=True)
