@@ -14,9 +14,10 @@ time that holds enough, at most a day; a turn's messages in their position order
 of them are upserted again with their new context (the same id, payload and vector). The
 session's jobs run in order (their order key), and a rebuild replays the log in order, so the
 neighbours are the ones said before. A turn whose neighbours are not indexed yet, or more than
-a day old, gets the context its own turn gives. Explicit facts (`memory.added`) are not a conversation: they get no neighbours and are
-nobody's neighbour (their session holds only them). The dense vector embeds the message alone:
-embedded with its neighbours it ranked far worse.
+a day old, gets the context its own turn gives. Explicit facts (`memory.added`) are not a
+conversation: they get no neighbours and are nobody's neighbour (their session holds only
+them). The dense vector embeds the message alone: embedded with its neighbours it ranked far
+worse.
 """
 
 from __future__ import annotations
