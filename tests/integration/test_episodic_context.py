@@ -1,7 +1,7 @@
 """Context indexing across a session's turns, on a real embedded shard: a message's keyword
 side holds the message before it and the one after it even when they are in other turns (the
 earlier turn's last message is indexed again, keeping its vector and payload), never another
-session's, and explicit facts get no neighbours."""
+session's nor a turn more than a day older, and explicit facts get no neighbours."""
 
 from __future__ import annotations
 
@@ -122,6 +122,19 @@ async def test_a_reply_is_found_by_the_next_turns_words_and_that_turn_by_the_rep
     assert "The fog there was thick as soup." in await _found_by_words(sparse, "Ingrid")
     # The message before the reply was not indexed again: it keeps its own context.
     assert "Did you ever visit the lighthouse?" not in await _found_by_words(sparse, "fog soup")
+
+
+async def test_no_context_from_a_turn_more_than_a_day_older(sparse: Memory) -> None:
+    await _say(sparse, "e1", "s", ["Shall we meet on Friday?"], "Friday works.")
+    sparse.clock[0] += 2 * 86400.0
+    await _say(sparse, "e2", "s", ["The concert was sold out."], "What a pity.")
+    assert await _found_by_words(sparse, "concert sold") == {
+        "The concert was sold out.",
+        "What a pity.",
+    }
+    sparse.clock[0] += 3600.0  # an hour later: a neighbour again
+    await _say(sparse, "e3", "s", ["Maybe the matinee then."], "Good idea.")
+    assert "What a pity." in await _found_by_words(sparse, "matinee")
 
 
 async def test_no_context_from_another_session_or_for_explicit_facts(sparse: Memory) -> None:
