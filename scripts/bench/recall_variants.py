@@ -81,7 +81,7 @@ def parse_variants(spec: str) -> list[Variant]:
     "-engine" / "-forge" apply the weights to the engine's fusion or the forge's rank only;
     "+name=value" sets a field of the ranking configuration, "+preset=name" a named preset,
     "+depth=N" how many candidates recall hands the forge, "+before=N", "+after=N",
-    "+across=true", "+own=N" what a message is indexed with (`bench.recall_windows`)
+    "+across=true", "+own=N", "+decay=true" what a message is indexed with (`bench.recall_windows`)
     (e.g. "product+preset=keyword", "ctx-1/1+recencyWeight=0"); "product-dated" is the
     product with the messages stored at their sessions' dates."""
     out = [PRODUCT]
@@ -129,8 +129,8 @@ def _with_settings(variant: Variant, name: str, settings: Sequence[str]) -> Vari
             prf[key] = float(match.group(2)) if key == "prf_weight" else int(match.group(2))
         elif match.group(1) in ("before", "after", "own"):
             window[match.group(1)] = int(match.group(2))
-        elif match.group(1) == "across":
-            window["across"] = match.group(2).lower() == "true"
+        elif match.group(1) in ("across", "decay"):
+            window[match.group(1)] = match.group(2).lower() == "true"
         else:
             raw = match.group(2)
             value = {"true": True, "false": False}.get(raw.lower()) if raw.isalpha() else None

@@ -1,10 +1,10 @@
 """Context windows for the recall bench's indexing variants (`+before=N`, `+after=N`,
-`+across=true`, `+own=N`): what a message's BM25 side is indexed with, measured before the
+`+across=true`, `+own=N`, `+decay=true`): what a message's BM25 side is indexed with, measured before the
 product indexes that way (`sources/episodic_context.py`).
 
 A window variant indexes a message with the `before` messages before it and the `after`
 messages after it, in its exchange only or (`across`) anywhere in its session, and its own text
-`own` times. The bench knows every session in advance and computes the windows from it.
+`own` times (`decay`: a neighbour at distance d counted (widest - d + 1) times). The bench knows every session in advance and computes the windows from it.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ class Window:
     after: int = 0
     across: bool = False  # reach into the session's other exchanges
     own: int = 1  # times the message's own text is indexed (its terms weigh more than context)
+    decay: bool = False  # a neighbour at distance d counted (widest - d + 1) times
 
     def contexts(self, exchanges: Sequence[Sequence[str]]) -> list[list[str]]:
         """The text in context of every message of a session's exchanges, by exchange."""
@@ -31,12 +32,18 @@ class Window:
         for i, (e, text) in enumerate(flat):
             lo, hi = max(0, i - self.before), min(len(flat), i + self.after + 1)
             window = [
-                t if j != i else "\n".join([t] * self.own)
+                "\n".join([t] * self._times(i, j))
                 for j, (f, t) in enumerate(flat[lo:hi], lo)
                 if self.across or f == e
             ]
             out[e].append("\n".join(window) if window else text)
         return out
+
+
+    def _times(self, at: int, j: int) -> int:
+        if j == at:
+            return self.own
+        return max(self.before, self.after) - abs(j - at) + 1 if self.decay else 1
 
 
 class WindowedMemory(EpisodicMemory):
