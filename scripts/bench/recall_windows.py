@@ -1,10 +1,11 @@
 """Context windows for the recall bench's indexing variants (`+before=N`, `+after=N`,
-`+across=true`, `+own=N`, `+decay=true`): what a message's BM25 side is indexed with, measured before the
-product indexes that way (`sources/episodic_context.py`).
+`+across=true`, `+own=N`, `+decay=true`): what a message's BM25 side is indexed with, measured
+before the product indexes that way (`sources/episodic_context.py`).
 
 A window variant indexes a message with the `before` messages before it and the `after`
 messages after it, in its exchange only or (`across`) anywhere in its session, and its own text
-`own` times (`decay`: a neighbour at distance d counted (widest - d + 1) times). The bench knows every session in advance and computes the windows from it.
+`own` times (`decay`: a neighbour at distance d counted (widest - d + 1) times). The bench knows
+every session in advance and computes the windows from it.
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ class Window:
             ]
             out[e].append("\n".join(window) if window else text)
         return out
-
 
     def _times(self, at: int, j: int) -> int:
         if j == at:
