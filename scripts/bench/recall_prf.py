@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import replace
 
 from memory_bridge.core.candidates import Candidate
@@ -41,7 +41,7 @@ class PrfMemory(EpisodicMemory):
         asked = self.encoder.terms(query)
         docs = [self._words(c.text) for c in candidates]
         df: Counter[int] = Counter(t for doc in docs for t in set(doc.values()))
-        weight: Counter[int] = Counter()
+        weight: dict[int, float] = defaultdict(float)
         spelled: dict[int, str] = {}
         for doc in docs[:FEEDBACK]:
             for word, term in doc.items():
@@ -49,7 +49,8 @@ class PrfMemory(EpisodicMemory):
                     continue
                 weight[term] += math.log(1 + len(docs) / df[term])
                 spelled.setdefault(term, word)
-        return [spelled[t] for t, _ in weight.most_common(self.terms)]
+        best = sorted(weight, key=lambda t: weight[t], reverse=True)[: self.terms]
+        return [spelled[t] for t in best]
 
     def _words(self, text: str) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -103,14 +104,15 @@ class PrfMemory(EpisodicMemory):
                     created_at=hit.payload.created_at or None,
                     lineage=lineage(hit.payload, None),
                 )
-        sparse: Counter[str] = Counter()
+        sparse: dict[str, float] = defaultdict(float)
         for c in candidates:
             if c.sparse_rank is not None:
                 sparse[c.id] += 1 / (RRF_K + c.sparse_rank)
         for hit in second:
             if hit.sparse_rank is not None:
                 sparse[hit.id] += self.weight / (RRF_K + hit.sparse_rank)
-        ranks = {cid: i for i, (cid, _) in enumerate(sparse.most_common(), 1)}
+        order = sorted(sparse, key=lambda cid: sparse[cid], reverse=True)
+        ranks = {cid: i for i, cid in enumerate(order, 1)}
         merged = [replace(c, sparse_rank=ranks.get(c.id)) for c in by_id.values()]
 
         def fused(c: Candidate) -> float:
