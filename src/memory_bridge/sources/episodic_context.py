@@ -95,8 +95,9 @@ def session_contexts(
 ) -> tuple[dict[int, list[str]], list[VectorPoint]]:
     """The texts in context of a session's turns (by their index in the batch), and the earlier
     points whose context these turns extend, to be upserted again."""
-    wanted = before + after
-    earlier = tail(index, session.user, session.session, session.start, wanted) if index else []
+    earlier = []
+    if index is not None:  # no shard yet: nothing said before
+        earlier = tail(index, session.user, session.session, session.start, before + after)
     sequence = [p.payload.text for p in earlier]
     for _, texts in session.turns:
         sequence.extend(texts)
