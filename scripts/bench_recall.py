@@ -20,9 +20,11 @@ scored, macro-averaged over questions:
   memory asked the OTHER conversations' questions, the share that got nothing injected.
 
 The `product` variant passes no setting: it is what the proxy runs. The others (`--variants`)
-set the fusion weights (engine and forge alike), BM25 of a message alone or in its context,
-and "dated": messages stored at their session's date and ranked a day after the last session,
-so the forge's recency term counts (otherwise every message is minutes old). `--with-mem0`
+set the fusion weights (engine and forge alike), BM25 of a message alone or in its context
+(`+before=N`, `+after=N`, `+across=true`, `+own=N`: `scripts/bench/recall_windows.py`),
+pseudo-relevance feedback (`+prf=N`: `scripts/bench/recall_prf.py`), and "dated": messages
+stored at their session's date and ranked a day after the last session, so the forge's recency
+term counts (otherwise every message is minutes old). `--with-mem0`
 adds the long-term layer's Mem0 dense search as it ran before (`scripts/bench/recall_mem0.py`).
 
 Speed (`--speed SIZES`, see `scripts/bench/recall_speed.py`): one end user's shard filled with

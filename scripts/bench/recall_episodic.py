@@ -40,7 +40,9 @@ import httpx
 
 from bench.locomo import Conversation, Scored, Turn, by_category, score, summarize
 from bench.recall_embedders import packaged
+from bench.recall_prf import PrfMemory
 from bench.recall_variants import Variant
+from bench.recall_windows import WindowedMemory
 from memory_bridge.context.forge.intent import classify, ranking_for
 from memory_bridge.context.forge.pipeline import weighed
 from memory_bridge.context.forge.rank import rank
@@ -138,6 +140,18 @@ def exchanges(turns: Sequence[Turn]) -> list[tuple[list[Turn], Turn | None]]:
     return out
 
 
+def _windows(
+    memory: WindowedMemory, prefix: str, session: Sequence[tuple[list[Turn], Turn | None]]
+) -> None:
+    """The texts in context of a session's messages, by event id, for a window variant."""
+    texts = [
+        [t.text.strip()[:MAX_TEXT_CHARS] for t in [*asked, *([reply] if reply else [])]]
+        for asked, reply in session
+    ]
+    for i, in_context in enumerate(memory.window.contexts(texts)):
+        memory.in_context[f"{prefix}:e{i}"] = in_context
+
+
 @dataclass(slots=True)
 class IndexedConversation:
     conversation: Conversation
@@ -168,9 +182,9 @@ class EpisodicBench:
         self.caching = CachingEmbedders(self.embedders, self.client, self.executor)
         self.spec = spec
         self.embedder = embedder
-        self._tokens: dict[tuple[bool | None, bool], int] = {}
+        self._tokens: dict[tuple[bool | None, bool, Any], int] = {}
 
-    def token(self, key: tuple[bool | None, bool]) -> int:
+    def token(self, key: tuple[bool | None, bool, Any]) -> int:
         return self._tokens.setdefault(key, len(self._tokens) + 1)
 
     def memory(
@@ -179,6 +193,31 @@ class EpisodicBench:
         kwargs = _settings(variant, query=query)
         if clock is not None:
             kwargs["clock"] = lambda: clock[0]
+        if not query and variant.window is not None:
+            return WindowedMemory(
+                self.engine,
+                self.caching,
+                self.executor,
+                TIMEOUT,
+                TIMEOUT,
+                default_embedder=self.spec,
+                entities=self.entities,
+                window=variant.window,
+                **kwargs,
+            )
+        if query and variant.prf:
+            return PrfMemory(
+                self.engine,
+                self.embedders,
+                self.executor,
+                TIMEOUT,
+                TIMEOUT,
+                default_embedder=self.spec,
+                entities=self.entities,
+                terms=variant.prf,
+                weight=variant.prf_weight,
+                **kwargs,
+            )
         return EpisodicMemory(
             self.engine,
             self.embedders if query else self.caching,
@@ -198,6 +237,8 @@ class EpisodicBench:
         dia_ids: dict[tuple[str, str], str] = {}
         for number, turns in conv.sessions().items():
             scope = Scope(token_id=token, user=conv.sample_id, session=f"session_{number}")
+            if isinstance(memory, WindowedMemory):
+                _windows(memory, f"{conv.sample_id}:s{number}", exchanges(turns))
             for i, (asked, reply) in enumerate(exchanges(turns)):
                 event_id = f"{conv.sample_id}:s{number}:e{i}"
                 new = tuple(Message(role="user", content=t.text) for t in asked)
@@ -263,7 +304,7 @@ async def run(
     """The figures of every variant; the bench is returned open (the speed stage reuses its
     embeddings) and must be closed by the caller."""
     bench = EpisodicBench(data_dir, embedder, embedder_path, entities)
-    indexed: dict[tuple[bool | None, bool], list[IndexedConversation]] = {}
+    indexed: dict[tuple[bool | None, bool, Any], list[IndexedConversation]] = {}
     ingest: dict[str, Any] = {}
     for variant in variants:
         if variant.index_key in indexed:

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from bench.recall_windows import Window
 from memory_bridge.tenancy.ranking import Ranking, partial, preset
 
 __all__ = ["DEFAULT_VARIANTS", "PRODUCT", "Variant", "parse_variants"]
@@ -27,16 +28,21 @@ class Variant:
     apply: str = "both"  # where the weights apply: "both", "engine" (only), "forge" (only)
     preset: str = "default"  # a named preset of the ranking configuration
     depth: int | None = None  # candidates recall hands the forge (`EpisodicMemory`'s `depth`)
+    window: Window | None = None  # what a message is indexed with (`bench.recall_windows`)
+    prf: int = 0  # words of pseudo-relevance feedback (`bench.recall_prf`), 0: none
+    prf_weight: float = 0.5  # the feedback search's weight in the sparse ranks
     # Fields of the ranking configuration (snake or camel names) -> values.
     ranking: tuple[tuple[str, float | bool], ...] = ()
 
     @property
-    def index_key(self) -> tuple[bool | None, bool]:
-        return (self.context, self.dated)
+    def index_key(self) -> tuple[bool | None, bool, Window | None]:
+        return (self.context, self.dated, self.window)
 
     def describe(self) -> str:
         extra = f", preset {self.preset}" if self.preset != "default" else ""
         extra += f", {self.depth} candidates" if self.depth is not None else ""
+        extra += f", indexed in {self.window}" if self.window is not None else ""
+        extra += f", feedback {self.prf} words at {self.prf_weight:g}" if self.prf else ""
         extra += "".join(f", {k}={v}" for k, v in self.ranking)
         if self.dense is None:
             dated = ", stored at the sessions' dates" if self.dated else ""
@@ -74,7 +80,8 @@ def parse_variants(spec: str) -> list[Variant]:
     """`product` (always first) plus e.g. "ctx-0.5/1", "plain-1/1", "ctx-1/1-dated";
     "-engine" / "-forge" apply the weights to the engine's fusion or the forge's rank only;
     "+name=value" sets a field of the ranking configuration, "+preset=name" a named preset,
-    "+depth=N" how many candidates recall hands the forge
+    "+depth=N" how many candidates recall hands the forge, "+before=N", "+after=N",
+    "+across=true", "+own=N", "+decay=true" what a message is indexed with (`bench.recall_windows`)
     (e.g. "product+preset=keyword", "ctx-1/1+recencyWeight=0"); "product-dated" is the
     product with the messages stored at their sessions' dates."""
     out = [PRODUCT]
@@ -106,6 +113,8 @@ def parse_variants(spec: str) -> list[Variant]:
 def _with_settings(variant: Variant, name: str, settings: Sequence[str]) -> Variant:
     chosen = variant.preset
     depth = variant.depth
+    window: dict[str, int | bool] = {}
+    prf = {"prf": variant.prf, "prf_weight": variant.prf_weight}
     fields: list[tuple[str, float | bool]] = []
     for setting in settings:
         match = _SETTING.fullmatch(setting)
@@ -115,10 +124,25 @@ def _with_settings(variant: Variant, name: str, settings: Sequence[str]) -> Vari
             chosen = match.group(2)
         elif match.group(1) == "depth":
             depth = int(match.group(2))
+        elif match.group(1) in ("prf", "prfWeight"):
+            key = "prf_weight" if match.group(1) == "prfWeight" else "prf"
+            prf[key] = float(match.group(2)) if key == "prf_weight" else int(match.group(2))
+        elif match.group(1) in ("before", "after", "own"):
+            window[match.group(1)] = int(match.group(2))
+        elif match.group(1) in ("across", "decay"):
+            window[match.group(1)] = match.group(2).lower() == "true"
         else:
             raw = match.group(2)
             value = {"true": True, "false": False}.get(raw.lower()) if raw.isalpha() else None
             fields.append((match.group(1), float(raw) if value is None else value))
-    out = dataclasses.replace(variant, name=name, preset=chosen, ranking=tuple(fields), depth=depth)
+    out = dataclasses.replace(
+        variant,
+        name=name,
+        preset=chosen,
+        ranking=tuple(fields),
+        depth=depth,
+        window=Window(**window) if window else variant.window,  # type: ignore[arg-type]
+        **prf,  # type: ignore[arg-type]
+    )
     out.rank_config()  # an unknown field, preset or value is refused here, not mid-run
     return out

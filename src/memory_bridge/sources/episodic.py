@@ -7,8 +7,9 @@ messages of every session with the latest user text, dense and sparse lists fuse
 the ranked candidates (scores, ranks, lineage) to the Context Forge. No LLM is involved: a
 fact said months ago in another session is found by its words and its meaning.
 
-The sparse side indexes each message together with the message before it in its turn (its
-conversational context), so an answer is also found by the words of its question.
+The sparse side indexes each message together with its neighbours in the session (its
+conversational context, `episodic_context`), so an answer is also found by the words of its
+question, and a question by its answer's.
 
 Every token has it: one without an embedder of its own gets the install's default
 (`sources.embedder.default_spec`: the local MiniLM, or BM25 alone in a sparse-only shard).
@@ -29,6 +30,14 @@ from memory_bridge.core.entities import Entity, extract
 from memory_bridge.core.turn import Turn
 from memory_bridge.embedding.embedders import SPARSE_ONLY, Embedders, EmbedderSpec, episodic_spec
 from memory_bridge.sources.base import Exchange, OnRecallFailure, Recall
+from memory_bridge.sources.episodic_context import (
+    AFTER,
+    BEFORE,
+    OWN,
+    Session,
+    in_context,
+    session_contexts,
+)
 from memory_bridge.sources.episodic_points import (
     KIND,
     SummaryPoint,
@@ -225,23 +234,48 @@ class EpisodicMemory:
         async with asyncio.timeout(self._store_timeout):
             await self.index_exchange(exchange, plan.writes, created)
 
-    def texts(self, exchange: Exchange) -> list[tuple[str, str]]:
-        """(text, text in its context) of every message of the turn that is indexed."""
+    def texts(self, exchange: Exchange) -> list[str]:
+        """The text of every message of the turn that is indexed, in order (the position of
+        each is its point's: `turn_point_id`)."""
         messages = [*exchange.new_messages]
         if exchange.reply.has_text:
             messages.append(exchange.reply.as_message())
-        texts: list[tuple[str, str]] = []
-        previous = ""
-        for msg in messages:
-            if msg.role not in ("user", "assistant"):
-                previous = ""
+        texts = [
+            msg.text().strip()[:MAX_TEXT_CHARS]
+            for msg in messages
+            if msg.role in ("user", "assistant")
+        ]
+        return [text for text in texts if text]
+
+    def contexts(
+        self,
+        index: VectorIndex | None,
+        exchanges: Sequence[Exchange],
+        texts: Sequence[list[str]],
+        created: Sequence[float],
+    ) -> tuple[list[list[str]], list[VectorPoint]]:
+        """The BM25 text of every indexed message of these turns, by turn, and the earlier
+        points whose context they extend (upserted again); see `episodic_context`. Blocking:
+        reads the shard."""
+        out = [list(t) for t in texts]
+        if not self._index_context:
+            return out, []
+        sessions: dict[tuple[str, str], Session] = {}
+        for n, (exchange, at) in enumerate(zip(exchanges, created, strict=True)):
+            if exchange.explicit:  # a stated fact, not a conversation: its own words alone
+                out[n] = [in_context(texts[n], k, 0, 0, OWN) for k in range(len(texts[n]))]
                 continue
-            text = msg.text().strip()[:MAX_TEXT_CHARS]
-            if text:
-                in_context = f"{previous}\n{text}" if previous and self._index_context else text
-                texts.append((text, in_context))
-                previous = text
-        return texts
+            scope = exchange.turn.scope
+            key = (scope.user, scope.session)
+            session = sessions.setdefault(key, Session(scope.user, scope.session, at, []))
+            session.turns.append((n, texts[n]))
+        again: list[VectorPoint] = []
+        for session in sessions.values():
+            found, points = session_contexts(index, session, BEFORE, AFTER, OWN)
+            for n, in_turn in found.items():
+                out[n] = in_turn
+            again.extend(points)
+        return out, again
 
     async def remember_batch(self, exchanges: Sequence[Exchange]) -> None:
         """`remember` for several turns of one token at once (a batch of the job queue's
@@ -273,22 +307,29 @@ class EpisodicMemory:
     ) -> int:
         """`index_exchange` for turns of one token: one embedding call (chunked by the
         embedder) and one upsert per target for all their messages; how many points."""
+        texts = [self.texts(exchange) for exchange in exchanges]
         rows = [
-            (exchange, i, text, in_context, at)
-            for exchange, at in zip(exchanges, created, strict=True)
-            for i, (text, in_context) in enumerate(self.texts(exchange))
+            (exchange, i, text, at)
+            for exchange, at, turn in zip(exchanges, created, texts, strict=True)
+            for i, text in enumerate(turn)
         ]
         if not rows:
             return 0
         token_id = exchanges[0].turn.scope.token_id
         for target in targets:
             vectors = await self._embedders.embed(target.spec, [row[2] for row in rows])
-            points = [
-                turn_point(exchange, i, text, in_context, at, vector, self._entities)
-                for (exchange, i, text, in_context, at), vector in zip(rows, vectors, strict=True)
-            ]
             index = await self._index(token_id, target)
-            await self._executor.run(partial(index.upsert, points))
+            contexts, again = await self._executor.run(
+                partial(self.contexts, index, exchanges, texts, created)
+            )
+            in_context = [text for turn in contexts for text in turn]
+            points = [
+                turn_point(exchange, i, text, sparse, at, vector, self._entities)
+                for (exchange, i, text, at), sparse, vector in zip(
+                    rows, in_context, vectors, strict=True
+                )
+            ]
+            await self._executor.run(partial(index.upsert, [*again, *points]))
         return len(rows)
 
     async def forget(self, token_id: int, config: TokenConfig, event_id: str, count: int) -> None:
@@ -332,7 +373,8 @@ class EpisodicMemory:
                     created_at=summary.created_at,
                     extra=summary.extra,
                 ),
-                index_text=summary.text,
+                # Weighed as a message's own words are (`episodic_context`).
+                index_text=in_context([summary.text], 0, 0, 0, OWN if self._index_context else 1),
             )
             index = await self._index(summary.token_id, target)
             await self._executor.run(partial(index.upsert, [point]))
