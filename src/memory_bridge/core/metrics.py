@@ -70,6 +70,25 @@ PAST_BOUND = Counter(
     " per consumer: coalesced (run later, in batches) or pending (work that cannot be merged).",
     ["consumer", "outcome"],
 )
+VECTOR_SHARDS_OPEN = Gauge(
+    "memorybridge_vector_shards_open",
+    "Embedded vector shards open now (at most VECTOR_MAX_OPEN_SHARDS, but while every open one "
+    "is busy; read at each scrape).",
+)
+VECTOR_SHARDS_PARKED = Gauge(
+    "memorybridge_vector_shards_parked",
+    "Embedded vector shards closed to keep the open ones within the bound; each reopens on its "
+    "next use (read at each scrape).",
+)
+VECTOR_SHARDS_BOUND = Gauge(
+    "memorybridge_vector_shards_max_open",
+    "The bound on open embedded vector shards (VECTOR_MAX_OPEN_SHARDS; 0: none).",
+)
+VECTOR_SHARD_REOPENS = Counter(
+    "memorybridge_vector_shard_reopens",
+    "Parked vector shards opened again by a read or a write (each paid the shard's load): "
+    "steadily rising, the bound is below the tokens active at once.",
+)
 UPSTREAM_ERRORS = Counter(
     "memorybridge_upstream_errors",
     "Upstream failures: a network category (timeout, connect_failed, ...) or http_4xx/http_5xx.",
@@ -210,6 +229,17 @@ def past_bound(consumers: tuple[str, ...], coalescible: frozenset[str]) -> None:
     for consumer in consumers:
         outcome = "coalesced" if consumer in coalescible else "pending"
         PAST_BOUND.labels(consumer, outcome).inc()
+
+
+def vector_shards(open_now: int, parked: int, bound: int) -> None:
+    VECTOR_SHARDS_OPEN.set(open_now)
+    VECTOR_SHARDS_PARKED.set(parked)
+    VECTOR_SHARDS_BOUND.set(bound)
+
+
+def shard_reopened() -> None:
+    """Called by the embedded engine, in whichever thread reopened the shard."""
+    VECTOR_SHARD_REOPENS.inc()
 
 
 # The last failure seen per layer (a category or class name, and when): the Overview's health.

@@ -33,6 +33,13 @@ async def sample_queue(request: Request) -> dict[tuple[str, str], int]:
     return counts
 
 
+def sample_vectors(request: Request) -> None:
+    """The embedded engine's open and parked shards (a lock and two lengths: no I/O)."""
+    state = services_of(request).memory.vectors.shard_state()
+    if state is not None:
+        metrics.vector_shards(state.open, state.parked, state.bound)
+
+
 @router.get("/metrics", include_in_schema=False)
 async def prometheus_metrics(request: Request) -> Response:
     principal = request.scope.get("state", {}).get("principal")
@@ -42,4 +49,5 @@ async def prometheus_metrics(request: Request) -> Response:
     if not allowed:
         raise ProxyError(403, "permission_error", "This endpoint needs the admin token.")
     await sample_queue(request)
+    sample_vectors(request)
     return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

@@ -19,11 +19,12 @@ import shutil
 import threading
 from pathlib import Path
 
+from memory_bridge.core import metrics
 from memory_bridge.vectors.common import Bm25Encoder, Bm25Settings, shard_name
 from memory_bridge.vectors.edge_index import EdgeIndex
 from memory_bridge.vectors.edge_schema import META, ensure_room
 from memory_bridge.vectors.edge_slots import OpenShards
-from memory_bridge.vectors.index import IndexClosed, ShardKey, VectorIndexError
+from memory_bridge.vectors.index import IndexClosed, ShardKey, ShardState, VectorIndexError
 
 __all__ = ["DEFAULT_MAX_OPEN", "EdgeEngine", "EdgeIndex"]
 
@@ -50,7 +51,7 @@ class EdgeEngine:
         self._lock = threading.Lock()
         # Every index opened since start, open or parked: one object per shard, whoever asks.
         self._open: dict[ShardKey, EdgeIndex] = {}
-        self.slots = OpenShards(max_open)
+        self.slots = OpenShards(max_open, on_reopen=metrics.shard_reopened)
         # One encoder per BM25 settings, shared by the shards made with them (thread-safe).
         self._encoders: dict[Bm25Settings, Bm25Encoder] = {}
         self._closed = False
@@ -126,6 +127,10 @@ class EdgeEngine:
     def open_shards(self) -> int:
         """How many engine shards are open now (at most `max_open`, but for busy ones)."""
         return len(self.slots)
+
+    def shard_state(self) -> ShardState:
+        open_now, parked = self.slots.state()
+        return ShardState(open=open_now, parked=parked, bound=self.slots.limit)
 
     def _encoder(self, settings: Bm25Settings) -> Bm25Encoder:
         found = self._encoders.get(settings)  # the engine lock is held (`index`)
