@@ -102,6 +102,10 @@ class Settings(BaseSettings):
     # files and mapped pages); the least recently used idle one is closed for another to open,
     # and reopens on its next use. 0: no bound (one open shard per token and model, forever).
     vector_max_open_shards: int = Field(default=32, ge=0, le=100_000)
+    # The long-term layer keeps at most this many tokens' Mem0 instances (each holds its
+    # in-memory history and its LLM and embedder clients); the least recently used one is
+    # closed for another to be built, and built again on its token's next use. 0: no bound.
+    mem0_max_instances: int = Field(default=64, ge=0, le=100_000)
 
     # The durable job queue (docs/operations.md). `serve` drains it too unless told not to.
     serve_worker: bool = True

@@ -350,3 +350,50 @@ async def test_a_page_of_memories_reads_that_page_not_the_whole_namespace(
     found, total = await pool.page_memories(spec, ns, 0, 2)
     assert len(found) == 2 and total == 7 and len(read) == 2
     await pool.close_all(5)
+
+
+async def test_instances_are_bounded_least_recently_used_first_and_an_evicted_token_works(
+    tmp_path: Path, upstream_server: tuple[FakeUpstream, str]
+) -> None:
+    """More tokens than `max_instances`: the pool keeps the most recently used ones, closes
+    what an evicted one held (its history connection), and builds it again when needed."""
+    engine = EdgeEngine(tmp_path / "data")
+    pool = Mem0Pool(
+        engine, tmp_path / "mem0", threads=2, embed_timeout=10, llm_timeout=10, max_instances=2
+    )
+    config = validate_config(
+        {"name": "t", "llm_base_url": "http://unused", **memory_fields(upstream_server[1])}
+    )
+    specs = {i: mem0_config.build_spec(i, config, pool.mem0_dir) for i in range(1, 6)}
+    built: dict[int, Any] = {}
+    for token_id, spec in specs.items():
+        ns = mem0_config.namespace(token_id, "u")
+        await pool.add_raw(spec, ns, [(f"token {token_id} keeps a pet otter", {})])
+        built[token_id] = pool.current(token_id)
+        assert pool.instances <= 2
+    assert pool.built == 5 and pool.evicted == 3
+    assert [pool.current(i) is not None for i in specs] == [False, False, False, True, True]
+    # Closed once idle: Mem0's history connection is gone.
+    wait_until(lambda: all(built[t].db is None for t in (1, 2, 3)), what="evicted ones closed")
+    assert built[5].db is not None
+
+    found = await pool.search(specs[1], mem0_config.namespace(1, "u"), "pet otter", 5)
+    assert [m.text for m in found] == ["token 1 keeps a pet otter"]
+    assert pool.built == 6 and pool.instances == 2
+    assert pool.current(1) is not built[1] and pool.current(4) is None  # 4 was the oldest
+    await pool.close_all(5)
+    engine.close()
+
+
+def test_the_bound_on_instances_comes_from_the_settings(tmp_path: Path) -> None:
+    from memory_bridge.settings import Settings
+    from memory_bridge.sources.services import create_long_term_memory
+
+    assert Settings().mem0_max_instances == pool_module.DEFAULT_MAX_INSTANCES == 64
+    settings = Settings(memory_bridge_data_dir=tmp_path, mem0_max_instances=3)
+    engine = EdgeEngine(tmp_path)
+    try:
+        pool = create_long_term_memory(settings, engine, None).pool
+        assert pool._max_instances == 3
+    finally:
+        engine.close()
