@@ -117,7 +117,8 @@ class Settings(BaseSettings):
     job_backoff_seconds: float = Field(default=2.0, gt=0)
     job_retention_seconds: float = Field(default=7 * 86400.0, gt=0)
     # The backlog's bounds (docs/operations.md#backpressure): past either, a turn's episodic
-    # job is coalesced (run later, in batches) rather than pending; nothing is refused.
+    # job is coalesced (run later, in batches) rather than pending; past the token's own, its
+    # other jobs are deferred (run later, one by one, in order); nothing is refused.
     job_max_pending_per_token: int = Field(default=200, gt=0, le=1_000_000)
     job_max_pending: int = Field(default=2_000, gt=0, le=10_000_000)
     # Jobs of one token an episodic batch indexes at once (one embedding call, one upsert).

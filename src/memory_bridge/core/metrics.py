@@ -64,10 +64,19 @@ PENDING_JOBS = Gauge(
     "still to do (read from the database at each scrape).",
     ["consumer"],
 )
+TOKEN_OPEN_JOBS = Gauge(
+    "memorybridge_token_open_jobs",
+    "Open jobs (pending, coalesced or running) of the tokens with the most, at most "
+    "BUSIEST_TOKENS of them: whose backlog it is (read from the database at each scrape).",
+    ["token_id"],
+)
+# Tokens `memorybridge_token_open_jobs` names at once: a bound on its label values.
+BUSIEST_TOKENS = 10
 PAST_BOUND = Counter(
     "memorybridge_jobs_past_bound",
     "Turns' jobs enqueued past the backlog's bound (JOB_MAX_PENDING_PER_TOKEN, JOB_MAX_PENDING),"
-    " per consumer: coalesced (run later, in batches) or pending (work that cannot be merged).",
+    " per consumer: coalesced (run later, in batches), deferred (work that cannot be merged, past"
+    " its token's bound: run later, one by one) or pending (past the overall bound only).",
     ["consumer", "outcome"],
 )
 VECTOR_SHARDS_OPEN = Gauge(
@@ -225,9 +234,16 @@ def backlog(counts: dict[tuple[str, str], int], lags: dict[str, float]) -> None:
         FRESHNESS_LAG.labels(consumer).set(lags.get(consumer, 0.0))
 
 
-def past_bound(consumers: tuple[str, ...], coalescible: frozenset[str]) -> None:
-    for consumer in consumers:
-        outcome = "coalesced" if consumer in coalescible else "pending"
+def busiest_tokens(open_jobs: dict[int, int]) -> None:
+    """The tokens with the most open jobs now; a token that drained drops out of the series."""
+    TOKEN_OPEN_JOBS.clear()
+    for token_id, count in open_jobs.items():
+        TOKEN_OPEN_JOBS.labels(str(token_id)).set(count)
+
+
+def past_bound(outcomes: dict[str, str]) -> None:
+    """Per consumer, how its job enqueued past a bound waits: coalesced, deferred or pending."""
+    for consumer, outcome in outcomes.items():
         PAST_BOUND.labels(consumer, outcome).inc()
 
 

@@ -17,19 +17,22 @@ from memory_bridge.http.services import services_of
 from memory_bridge.storage.tokens import Principal
 
 router = APIRouter()
+Depth = dict[tuple[str, str], int]  # jobs per (consumer, status)
 
 
-async def sample_queue(request: Request) -> dict[tuple[str, str], int]:
+async def sample_queue(request: Request) -> Depth:
     """Read the queue's depth into the metrics; returns it too (the console's Overview)."""
     db = services_of(request).memory.db
 
-    def read(conn: Connection) -> tuple[dict[tuple[str, str], int], float | None, dict[str, float]]:
+    def read(conn: Connection) -> tuple[Depth, float | None, dict[str, float], dict[int, int]]:
         counts, lag = queue_reads.depth(conn)
-        return counts, lag, backlog.freshness(conn)
+        busiest = queue_reads.busiest(conn, metrics.BUSIEST_TOKENS)
+        return counts, lag, backlog.freshness(conn), busiest
 
-    counts, lag, lags = await db.run(read)
+    counts, lag, lags, busiest = await db.run(read)
     metrics.queue_depth(counts, lag)
     metrics.backlog(counts, lags)
+    metrics.busiest_tokens(busiest)
     return counts
 
 
