@@ -102,6 +102,10 @@ class Settings(BaseSettings):
     # files and mapped pages); the least recently used idle one is closed for another to open,
     # and reopens on its next use. 0: no bound (one open shard per token and model, forever).
     vector_max_open_shards: int = Field(default=32, ge=0, le=100_000)
+    # The long-term layer keeps at most this many tokens' Mem0 instances (each holds its
+    # in-memory history and its LLM and embedder clients); the least recently used one is
+    # closed for another to be built, and built again on its token's next use. 0: no bound.
+    mem0_max_instances: int = Field(default=64, ge=0, le=100_000)
 
     # The durable job queue (docs/operations.md). `serve` drains it too unless told not to.
     serve_worker: bool = True
@@ -113,7 +117,8 @@ class Settings(BaseSettings):
     job_backoff_seconds: float = Field(default=2.0, gt=0)
     job_retention_seconds: float = Field(default=7 * 86400.0, gt=0)
     # The backlog's bounds (docs/operations.md#backpressure): past either, a turn's episodic
-    # job is coalesced (run later, in batches) rather than pending; nothing is refused.
+    # job is coalesced (run later, in batches) rather than pending; past the token's own, its
+    # other jobs are deferred (run later, one by one, in order); nothing is refused.
     job_max_pending_per_token: int = Field(default=200, gt=0, le=1_000_000)
     job_max_pending: int = Field(default=2_000, gt=0, le=10_000_000)
     # Jobs of one token an episodic batch indexes at once (one embedding call, one upsert).

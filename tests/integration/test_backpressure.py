@@ -18,9 +18,15 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.fakes.upstream import FakeUpstream
+from tests.fakes.upstream.extraction import new_user_texts
 from tests.support.hybrid_memory_support import Served
 from tests.support.jobs_support import queue_counts, wait_drained
-from tests.support.longterm_support import EMBED_KEY, forwarded_recall
+from tests.support.longterm_support import (
+    EMBED_KEY,
+    forwarded_recall,
+    memory_fields,
+    memory_texts,
+)
 from tests.support.proxy import Proxy
 
 BOUND = 4
@@ -164,5 +170,65 @@ def test_past_the_overall_bound_every_token_is_coalesced(
         _say(proxy, second, "second", session="b")
         assert _episodic(proxy, first_id) == {"pending": 3}
         assert _episodic(proxy, second_id) == {"coalesced": 1}
+    finally:
+        served.drain()
+
+
+def test_past_its_bound_a_tokens_mem0_work_is_deferred_in_order_not_dropped(
+    tmp_path: Path, upstream: FakeUpstream, upstream_server: tuple[FakeUpstream, str]
+) -> None:
+    """Mem0's extraction cannot be merged: past the token's bound its jobs wait behind every
+    due pending job (`coalesced`), one by one and in their session's order, all of them run, and
+    `/metrics` names the token whose backlog it is."""
+    served = Served(
+        tmp_path / "data",
+        upstream_server[1],
+        serve_worker=False,
+        episodic_memory=False,
+        job_max_pending_per_token=BOUND,
+        job_max_pending=1000,
+    )
+    try:
+        proxy = served.proxy
+        # 128 dimensions: no two of these words share one (Mem0 skips a fact equal to one it has).
+        fields = memory_fields(proxy.upstream_url, dims=128)
+        flood_id, flood = proxy.create_token(**fields)
+        quiet_id, quiet = proxy.create_token(name="quiet", **fields)
+        turns = 3 * BOUND
+        for i in range(turns):
+            _say(proxy, flood, f"Remember {COURIERS[i]}", session=f"s{i % 2}")
+        _say(proxy, quiet, "My locker is the blue one", session="q")
+
+        counts = queue_counts(proxy.url, proxy.admin_token, flood_id)
+        assert counts["longterm"] == {"pending": BOUND, "coalesced": turns - BOUND}
+        assert queue_counts(proxy.url, proxy.admin_token, quiet_id)["longterm"] == {"pending": 1}
+        seen = _metrics(proxy)
+        deferred = (
+            "memorybridge_jobs_past_bound_total",
+            (("consumer", "longterm"), ("outcome", "deferred")),
+        )
+        assert seen[deferred] >= turns - BOUND
+        assert seen[("memorybridge_token_open_jobs", (("token_id", str(flood_id)),))] == turns
+        assert seen[("memorybridge_token_open_jobs", (("token_id", str(quiet_id)),))] == 1
+
+        before = len(upstream.memory_requests)
+        _with_worker(served)
+        proxy = served.proxy
+        assert wait_drained(proxy.url, proxy.admin_token, flood_id)["longterm"] == {"done": turns}
+        texts = memory_texts(proxy, flood_id, user="ada")
+        assert texts == {f"Remember {COURIERS[i]}" for i in range(turns)}
+        # Each session's extractions ran in its turns' order, deferred or not.
+        order = [
+            COURIERS.index(text.removeprefix("Remember "))
+            for r in upstream.memory_requests[before:]
+            for text in new_user_texts(r.json)
+            if text.startswith("Remember ")  # the flood's, not the quiet token's
+        ]
+        assert sorted(order) == list(range(turns))
+        for parity in (0, 1):
+            mine = [n for n in order if n % 2 == parity]
+            assert mine == sorted(mine)
+        after = _metrics(proxy)
+        assert ("memorybridge_token_open_jobs", (("token_id", str(flood_id)),)) not in after
     finally:
         served.drain()

@@ -4,6 +4,7 @@ shutdown — every instance's vectors in the process's one vector engine."""
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -64,7 +65,7 @@ def test_instances_are_lazy_share_the_engine_and_patch_rebuilds(
     assert pool.engine is services_of_app(running.server.app).memory.vectors
     assert stores[0].index is pool.engine.index(a_id, key.model_id, key.dims)
     built = pool.built
-    assert len(freezes) == built  # once per instance
+    frozen = len(freezes)  # when the builds imported Mem0 (if no test before did)
 
     # Any change to the token drops its instance; the next request builds a new one.
     reply = proxy.admin("PATCH", f"/tokens/{a_id}", json={"memory_limit": 3})
@@ -76,6 +77,7 @@ def test_instances_are_lazy_share_the_engine_and_patch_rebuilds(
     assert memory_block(forwarded_recall(upstream)) == ["My cat is called Tom"]
     second = pool.current(a_id)
     assert second is not None and second is not first and pool.built == built + 1
+    assert len(freezes) == frozen  # nothing imported: an instance is not frozen (core/heap.py)
     assert pool.current(b_id) is not None  # the other token's instance is untouched
 
     # Rotation keeps the namespace (the id), so the memories stay.
@@ -350,3 +352,54 @@ async def test_a_page_of_memories_reads_that_page_not_the_whole_namespace(
     found, total = await pool.page_memories(spec, ns, 0, 2)
     assert len(found) == 2 and total == 7 and len(read) == 2
     await pool.close_all(5)
+
+
+async def test_instances_are_bounded_least_recently_used_first_and_an_evicted_token_works(
+    tmp_path: Path, upstream_server: tuple[FakeUpstream, str]
+) -> None:
+    """More tokens than `max_instances`: the pool keeps the most recently used ones, closes
+    what an evicted one held (its history connection), and builds it again when needed."""
+    engine = EdgeEngine(tmp_path / "data")
+    pool = Mem0Pool(
+        engine, tmp_path / "mem0", threads=2, embed_timeout=10, llm_timeout=10, max_instances=2
+    )
+    config = validate_config(
+        {"name": "t", "llm_base_url": "http://unused", **memory_fields(upstream_server[1])}
+    )
+    specs = {i: mem0_config.build_spec(i, config, pool.mem0_dir) for i in range(1, 6)}
+    built: dict[int, Any] = {}
+    frozen = 0
+    for token_id, spec in specs.items():
+        ns = mem0_config.namespace(token_id, "u")
+        await pool.add_raw(spec, ns, [(f"token {token_id} keeps a pet otter", {})])
+        built[token_id] = pool.current(token_id)
+        assert pool.instances <= 2
+        frozen = frozen or gc.get_freeze_count()
+    # Instances are not frozen out of the collector: an evicted one's cycles are collected.
+    assert gc.get_freeze_count() == frozen
+    assert pool.built == 5 and pool.evicted == 3
+    assert [pool.current(i) is not None for i in specs] == [False, False, False, True, True]
+    # Closed once idle: Mem0's history connection is gone.
+    wait_until(lambda: all(built[t].db is None for t in (1, 2, 3)), what="evicted ones closed")
+    assert built[5].db is not None
+
+    found = await pool.search(specs[1], mem0_config.namespace(1, "u"), "pet otter", 5)
+    assert [m.text for m in found] == ["token 1 keeps a pet otter"]
+    assert pool.built == 6 and pool.instances == 2
+    assert pool.current(1) is not built[1] and pool.current(4) is None  # 4 was the oldest
+    await pool.close_all(5)
+    engine.close()
+
+
+def test_the_bound_on_instances_comes_from_the_settings(tmp_path: Path) -> None:
+    from memory_bridge.settings import Settings
+    from memory_bridge.sources.services import create_long_term_memory
+
+    assert Settings().mem0_max_instances == pool_module.DEFAULT_MAX_INSTANCES == 64
+    settings = Settings(memory_bridge_data_dir=tmp_path, mem0_max_instances=3)
+    engine = EdgeEngine(tmp_path)
+    try:
+        pool = create_long_term_memory(settings, engine, None).pool
+        assert pool._max_instances == 3
+    finally:
+        engine.close()

@@ -71,3 +71,18 @@ def test_a_closed_shard_leaves_the_count_and_zero_means_no_bound() -> None:
     assert len(unbounded) == 50 and unbounded.parked == 0
     with pytest.raises(ValueError, match=">= 0"):
         OpenShards(-1)
+
+
+def test_parked_shards_are_counted_until_they_reopen_or_close_for_good() -> None:
+    reopened: list[int] = []
+    slots = OpenShards(1, on_reopen=lambda: reopened.append(1))
+    a, b = Shard("a", slots), Shard("b", slots)
+    a.open()
+    b.open()  # parks a
+    assert slots.state() == (1, 1) and slots.reopens == 0
+    a.open()  # a reopens, b parks
+    assert slots.state() == (1, 1) and slots.reopens == 1 and reopened == [1]
+    slots.closed(b)  # b erased while parked: no longer counted anywhere
+    assert slots.state() == (1, 0)
+    b.open()  # a new shard, not a reopen
+    assert slots.state() == (1, 1) and slots.reopens == 1

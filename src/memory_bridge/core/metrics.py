@@ -64,11 +64,39 @@ PENDING_JOBS = Gauge(
     "still to do (read from the database at each scrape).",
     ["consumer"],
 )
+TOKEN_OPEN_JOBS = Gauge(
+    "memorybridge_token_open_jobs",
+    "Open jobs (pending, coalesced or running) of the tokens with the most, at most "
+    "BUSIEST_TOKENS of them: whose backlog it is (read from the database at each scrape).",
+    ["token_id"],
+)
+# Tokens `memorybridge_token_open_jobs` names at once: a bound on its label values.
+BUSIEST_TOKENS = 10
 PAST_BOUND = Counter(
     "memorybridge_jobs_past_bound",
     "Turns' jobs enqueued past the backlog's bound (JOB_MAX_PENDING_PER_TOKEN, JOB_MAX_PENDING),"
-    " per consumer: coalesced (run later, in batches) or pending (work that cannot be merged).",
+    " per consumer: coalesced (run later, in batches), deferred (work that cannot be merged, past"
+    " its token's bound: run later, one by one) or pending (past the overall bound only).",
     ["consumer", "outcome"],
+)
+VECTOR_SHARDS_OPEN = Gauge(
+    "memorybridge_vector_shards_open",
+    "Embedded vector shards open now (at most VECTOR_MAX_OPEN_SHARDS, but while every open one "
+    "is busy; read at each scrape).",
+)
+VECTOR_SHARDS_PARKED = Gauge(
+    "memorybridge_vector_shards_parked",
+    "Embedded vector shards closed to keep the open ones within the bound; each reopens on its "
+    "next use (read at each scrape).",
+)
+VECTOR_SHARDS_BOUND = Gauge(
+    "memorybridge_vector_shards_max_open",
+    "The bound on open embedded vector shards (VECTOR_MAX_OPEN_SHARDS; 0: none).",
+)
+VECTOR_SHARD_REOPENS = Counter(
+    "memorybridge_vector_shard_reopens",
+    "Parked vector shards opened again by a read or a write (each paid the shard's load): "
+    "steadily rising, the bound is below the tokens active at once.",
 )
 UPSTREAM_ERRORS = Counter(
     "memorybridge_upstream_errors",
@@ -206,10 +234,28 @@ def backlog(counts: dict[tuple[str, str], int], lags: dict[str, float]) -> None:
         FRESHNESS_LAG.labels(consumer).set(lags.get(consumer, 0.0))
 
 
-def past_bound(consumers: tuple[str, ...], coalescible: frozenset[str]) -> None:
-    for consumer in consumers:
-        outcome = "coalesced" if consumer in coalescible else "pending"
+def busiest_tokens(open_jobs: dict[int, int]) -> None:
+    """The tokens with the most open jobs now; a token that drained drops out of the series."""
+    TOKEN_OPEN_JOBS.clear()
+    for token_id, count in open_jobs.items():
+        TOKEN_OPEN_JOBS.labels(str(token_id)).set(count)
+
+
+def past_bound(outcomes: dict[str, str]) -> None:
+    """Per consumer, how its job enqueued past a bound waits: coalesced, deferred or pending."""
+    for consumer, outcome in outcomes.items():
         PAST_BOUND.labels(consumer, outcome).inc()
+
+
+def vector_shards(open_now: int, parked: int, bound: int) -> None:
+    VECTOR_SHARDS_OPEN.set(open_now)
+    VECTOR_SHARDS_PARKED.set(parked)
+    VECTOR_SHARDS_BOUND.set(bound)
+
+
+def shard_reopened() -> None:
+    """Called by the embedded engine, in whichever thread reopened the shard."""
+    VECTOR_SHARD_REOPENS.inc()
 
 
 # The last failure seen per layer (a category or class name, and when): the Overview's health.

@@ -6,7 +6,11 @@ always. Past either, the job of a consumer whose work can be merged (the episodi
 `coalescible`) is stored `coalesced` instead: still one row per turn, committed with the turn
 (nothing is lost, nothing refused), but not counted as pending and claimed only after every
 due pending job, in batches. Work that cannot be merged (a Mem0 extraction, a Gateway
-add→flush) is enqueued `pending` past the bound too, and counted (`Bounds.past`).
+add→flush, a summary) is *deferred* past its token's own bound: stored `coalesced` as well,
+so it too waits behind every due pending job, but run one job at a time and still in its
+session's order (an open earlier job holds a later one back, whatever its status). Past only
+the bound over every token, it stays `pending`: its token is within its share, and deferring
+it would queue a quiet token's work behind a flood's. Each is counted (`metrics.past_bound`).
 
 A worker that claims a job of a batchable consumer takes with it, in the same unit, up to
 `batch - 1` more due jobs of the same token and consumer (pending or coalesced, oldest first):
@@ -131,6 +135,10 @@ class BoundGate:
         self._everyone = _Count(now, counts[1] + 1, seqs[1])
 
 
+# How a job enqueued past a bound waits (`metrics.past_bound`'s outcomes).
+MERGED, DEFERRED, KEPT_PENDING = "coalesced", "deferred", "pending"
+
+
 def enqueue_bounded(
     conn: Connection,
     event_id: str,
@@ -139,19 +147,28 @@ def enqueue_bounded(
     consumers: Sequence[str],
     delays: Mapping[str, float] | None,
     bounds: Bounds | None,
-) -> tuple[tuple[str, ...], tuple[int, int] | None]:
-    """`queue.enqueue` under `bounds` (None: no count); returns the consumers whose job was
-    enqueued past the bound (coalesced where it can be, pending otherwise), and the counts."""
+) -> tuple[dict[str, str], tuple[int, int] | None]:
+    """`queue.enqueue` under `bounds` (None: no count); returns, per consumer whose job was
+    enqueued past a bound, how it waits (coalesced, deferred or pending), and the counts."""
     if bounds is None or not consumers:
         enqueue(conn, event_id, token_id, order_key, consumers, delays)
-        return (), None
+        return {}, None
     counts = scheduled(conn, token_id, bounds)
-    if counts[0] < bounds.per_token and counts[1] < bounds.overall:
+    own = counts[0] >= bounds.per_token
+    if not own and counts[1] < bounds.overall:
         enqueue(conn, event_id, token_id, order_key, consumers, delays)
-        return (), counts
-    statuses = {c: COALESCED for c in consumers if c in bounds.coalescible}
+        return {}, counts
+    past = {c: _waits(c, bounds, own) for c in consumers}
+    statuses = {c: COALESCED for c, how in past.items() if how != KEPT_PENDING}
     enqueue(conn, event_id, token_id, order_key, consumers, delays, statuses)
-    return tuple(consumers), counts
+    return past, counts
+
+
+def _waits(consumer: str, bounds: Bounds, own: bool) -> str:
+    """Merged work is coalesced past either bound; other work deferred past its token's own."""
+    if consumer in bounds.coalescible:
+        return MERGED
+    return DEFERRED if own else KEPT_PENDING
 
 
 # A coalesced job becomes a batch's first job like a pending one (due, its session's earlier

@@ -4,11 +4,12 @@ A job is inserted in the transaction that appends its event, so a crash keeps bo
 neither. Workers claim jobs with `SELECT … FOR UPDATE SKIP LOCKED` on PostgreSQL and one
 `UPDATE … RETURNING` on SQLite (whose single writer makes the update atomic); a job whose
 lease expired is claimable again. Jobs of one `(token, user, session)` and consumer run in
-order: a job is claimable only while no earlier job of its order key is still pending or
-running, so a Gateway add→flush or consecutive turns never overtake each other.
+order: a job is claimable only while no earlier job of its order key is still open (pending,
+coalesced or running), so a Gateway add→flush or consecutive turns never overtake each other.
 
 Statuses: `pending` (waiting, maybe until `next_attempt_at`), `coalesced` (waiting past the
-backlog's bound, claimed after the pending jobs, in batches: `events.backlog`), `running` (leased),
+backlog's bound, claimed after the pending jobs: in batches for the episodic index, one by one,
+deferred, for other work; `events.backlog`), `running` (leased),
 `done`, `failed` (retries exhausted, or refused for good) and `unknown` (its outcome cannot be
 known and it must not be repeated automatically: a Gateway add that may have happened).
 """

@@ -47,6 +47,19 @@ def depth(conn: Connection) -> tuple[dict[tuple[str, str], int], float | None]:
     return counts, None if oldest is None else max(0.0, time.time() - float(oldest))
 
 
+def busiest(conn: Connection, limit: int) -> dict[int, int]:
+    """The `limit` tokens with the most open jobs, and how many each has (a flood's backlog)."""
+    count = func.count().label("open")
+    query = (
+        select(jobs.c.token_id, count)
+        .where(jobs.c.status.in_(OPEN))
+        .group_by(jobs.c.token_id)
+        .order_by(count.desc(), jobs.c.token_id)
+        .limit(limit)
+    )
+    return {int(t): int(n) for t, n in conn.execute(query)}
+
+
 def _item(row: Any) -> dict[str, Any]:
     return {
         "id": row.id,

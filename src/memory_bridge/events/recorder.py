@@ -118,7 +118,7 @@ class TurnRecorder:
         order_key = aggregate
 
         attempts = 0
-        past: tuple[str, ...] = ()
+        past: dict[str, str] = {}
         counts: tuple[int, int] | None = None
         bounds, seqs = self._bounds(scope.token_id, consumers)
 
@@ -181,7 +181,7 @@ class TurnRecorder:
         event: StoredEvent,
         counts: tuple[int, int] | None,
         seqs: tuple[int, int],
-        past: tuple[str, ...],
+        past: dict[str, str],
     ) -> None:
         """What a stored turn leaves in memory: its session's version, the backlog's count."""
         if len(self._versions) >= _VERSION_MEMO:
@@ -191,4 +191,4 @@ class TurnRecorder:
         if gate is not None and counts is not None:
             gate.counted(token_id, counts, seqs)
         if past and gate is not None:
-            metrics.past_bound(past, gate.bounds.coalescible)
+            metrics.past_bound(past)

@@ -17,20 +17,30 @@ from memory_bridge.http.services import services_of
 from memory_bridge.storage.tokens import Principal
 
 router = APIRouter()
+Depth = dict[tuple[str, str], int]  # jobs per (consumer, status)
 
 
-async def sample_queue(request: Request) -> dict[tuple[str, str], int]:
+async def sample_queue(request: Request) -> Depth:
     """Read the queue's depth into the metrics; returns it too (the console's Overview)."""
     db = services_of(request).memory.db
 
-    def read(conn: Connection) -> tuple[dict[tuple[str, str], int], float | None, dict[str, float]]:
+    def read(conn: Connection) -> tuple[Depth, float | None, dict[str, float], dict[int, int]]:
         counts, lag = queue_reads.depth(conn)
-        return counts, lag, backlog.freshness(conn)
+        busiest = queue_reads.busiest(conn, metrics.BUSIEST_TOKENS)
+        return counts, lag, backlog.freshness(conn), busiest
 
-    counts, lag, lags = await db.run(read)
+    counts, lag, lags, busiest = await db.run(read)
     metrics.queue_depth(counts, lag)
     metrics.backlog(counts, lags)
+    metrics.busiest_tokens(busiest)
     return counts
+
+
+def sample_vectors(request: Request) -> None:
+    """The embedded engine's open and parked shards (a lock and two lengths: no I/O)."""
+    state = services_of(request).memory.vectors.shard_state()
+    if state is not None:
+        metrics.vector_shards(state.open, state.parked, state.bound)
 
 
 @router.get("/metrics", include_in_schema=False)
@@ -42,4 +52,5 @@ async def prometheus_metrics(request: Request) -> Response:
     if not allowed:
         raise ProxyError(403, "permission_error", "This endpoint needs the admin token.")
     await sample_queue(request)
+    sample_vectors(request)
     return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

@@ -70,7 +70,8 @@ class _EdgeFirst(FastAPI):
 def _recorder(settings: Settings, memory: MemoryServices) -> TurnRecorder:
     # A turn's summary job is due once its session has been idle that long (sources.summaries).
     delays = {summaries.CONSUMER: settings.summary_idle_seconds}
-    # Past the backlog's bounds, the episodic index's jobs are coalesced (events.backlog).
+    # Past the backlog's bounds, the episodic index's jobs are coalesced, the others deferred
+    # past their token's own (events.backlog).
     bounds = Bounds(
         per_token=settings.job_max_pending_per_token,
         overall=settings.job_max_pending,

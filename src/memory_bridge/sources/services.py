@@ -74,6 +74,7 @@ def create_long_term_memory(
         embed_timeout=settings.memory_search_timeout,
         llm_timeout=settings.memory_store_timeout,
         secrets=(settings.qdrant_api_key,) if settings.qdrant_api_key else (),
+        max_instances=settings.mem0_max_instances,
     )
     return LongTermMemory(
         pool, settings.memory_search_timeout, settings.memory_store_timeout, FactLog(db)

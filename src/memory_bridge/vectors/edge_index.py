@@ -312,10 +312,12 @@ class EdgeIndex(IndexBase):
             return shard
 
     def _close_shard(self, *, parked: bool) -> None:
-        """Both locks held (or every lock, when parking)."""
+        """Both locks held (or every lock, when parking). Closed for good, a parked index is
+        no longer counted as parked either."""
         shard, self._shard = self._shard, None
-        if shard is not None:
+        if shard is not None or not parked:
             self._slots.closed(self, parked=parked)
+        if shard is not None:
             shard.close()
 
     def _write(self, op: qe.UpdateOperation) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Protocol
 
 __all__ = ["OpenShards", "Parkable"]
@@ -35,17 +36,26 @@ class Parkable(Protocol):
 class OpenShards:
     """The open shards, least recently used first; at most `limit` of them (0: no bound)."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, on_reopen: Callable[[], None] | None = None) -> None:
         if limit < 0:
             raise ValueError(f"the open shard limit must be >= 0, got {limit}")
         self.limit = limit
         self._lock = threading.Lock()
         self._open: OrderedDict[int, Parkable] = OrderedDict()  # by id(): any object will do
+        # Parked now (closed to make room, not closed for good): they reopen on their next use.
+        self._parked: dict[int, Parkable] = {}
+        self._on_reopen = on_reopen
         self.parked = 0  # shards closed to make room, since start (metrics, tests)
+        self.reopens = 0  # parked shards opened again, since start
 
     def __len__(self) -> int:
         with self._lock:
             return len(self._open)
+
+    def state(self) -> tuple[int, int]:
+        """(open, parked) now: the engine shards open, and those closed to make room."""
+        with self._lock:
+            return len(self._open), len(self._parked)
 
     def make_room(self, opening: Parkable) -> None:
         """Before `opening` opens its shard: park idle shards until one more fits."""
@@ -72,6 +82,11 @@ class OpenShards:
         with self._lock:
             self._open[id(shard)] = shard
             self._open.move_to_end(id(shard))
+            reopened = self._parked.pop(id(shard), None) is not None
+            if reopened:
+                self.reopens += 1
+        if reopened and self._on_reopen is not None:
+            self._on_reopen()
 
     def used(self, shard: Parkable) -> None:
         with self._lock:
@@ -79,7 +94,12 @@ class OpenShards:
                 self._open.move_to_end(id(shard))
 
     def closed(self, shard: Parkable, *, parked: bool = False) -> None:
-        """`shard` has closed its engine shard (parked to make room, or closed for good)."""
+        """`shard` has closed its engine shard (parked to make room), or is closed for good
+        (whether its engine shard was open or parked)."""
         with self._lock:
-            if self._open.pop(id(shard), None) is not None and parked:
+            was_open = self._open.pop(id(shard), None) is not None
+            if parked and was_open:
                 self.parked += 1
+                self._parked[id(shard)] = shard
+            elif not parked:
+                self._parked.pop(id(shard), None)

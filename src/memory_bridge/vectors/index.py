@@ -28,6 +28,7 @@ __all__ = [
     "NoRoom",
     "PointPayload",
     "ShardKey",
+    "ShardState",
     "StoredPoint",
     "VectorEngine",
     "VectorIndex",
@@ -217,6 +218,15 @@ class StoredPoint:
 
 
 @dataclass(frozen=True, slots=True)
+class ShardState:
+    """The embedded engine's bound on open shards, now (`/metrics`)."""
+
+    open: int  # engine shards open (over `bound` only while every open one is busy)
+    parked: int  # shards closed to make room, reopened on their next use
+    bound: int  # VECTOR_MAX_OPEN_SHARDS (0: no bound)
+
+
+@dataclass(frozen=True, slots=True)
 class IndexStats:
     points: int
     indexed_vectors: int
@@ -309,6 +319,10 @@ class VectorEngine(Protocol):
 
     def shards(self, token_id: int) -> list[ShardKey]:
         """Every shard the token has (every model it ever used), without creating any."""
+        ...
+
+    def shard_state(self) -> ShardState | None:
+        """The bound on open shards, now; None for an engine without one (a server)."""
         ...
 
     def close(self) -> None: ...

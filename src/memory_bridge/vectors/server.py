@@ -39,6 +39,7 @@ from memory_bridge.vectors.index import (
     IndexStats,
     PointPayload,
     ShardKey,
+    ShardState,
     StoredPoint,
     VectorIndexError,
     VectorPoint,
@@ -149,6 +150,9 @@ class ServerEngine:
             if found is not None:
                 found.close()
             return bool(self._call(partial(self._client.delete_collection, name)))
+
+    def shard_state(self) -> ShardState | None:
+        return None  # a server keeps its collections; nothing here opens or closes them
 
     def shards(self, token_id: int) -> list[ShardKey]:
         start = f"{self._prefix}_t{token_id}_"

@@ -8,6 +8,10 @@ everything outside this package sees `StoredMemory`, `FactChange` and plain stri
   rebuilt when the fingerprint changes, dropped by `invalidate` (registered with
   `TokenStore.on_change`, so PATCH/rotate/delete take effect at once). A replaced instance is
   closed (its history SQLite connection) as soon as no call is using it any more.
+- At most `max_instances` instances (`MEM0_MAX_INSTANCES`): building one more closes the least
+  recently used (an idle one first; a busy one is closed once its calls end), and its token
+  builds a new one on its next call. A process of many tokens thus holds the histories and
+  HTTP clients of the tokens in use, not of every token it ever served.
 - Every instance keeps its vectors in the process's one vector engine (`instance.build`); the
   engine belongs to the runtime, which closes it after the pool.
 - Memory writes (background adds) take at most `threads - 1` threads, so a recall never waits
@@ -22,8 +26,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -31,6 +36,7 @@ from typing import Any, TypeVar
 from memory_bridge.core.blocking import BlockingExecutor
 from memory_bridge.core.heap import freeze_long_lived
 from memory_bridge.sources.longterm import instance, logfilter
+from memory_bridge.sources.longterm import pool_entries as entries
 from memory_bridge.sources.longterm import pool_work as work
 from memory_bridge.sources.longterm.config import MODEL_PREFIX, Mem0Spec
 from memory_bridge.sources.longterm.events import FactChange
@@ -40,6 +46,7 @@ from memory_bridge.sources.longterm.points import (
     StoredMemory,
     to_stored,
 )
+from memory_bridge.sources.longterm.pool_entries import Entry
 from memory_bridge.vectors.index import VectorEngine, VectorIndex, Where
 
 __all__ = ["Mem0Pool"]
@@ -48,16 +55,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 # Bounds Mem0's in-memory history (its fact changes and last messages per session scope).
 MAX_WRITES_PER_INSTANCE = 500
-
-
-@dataclass(eq=False)
-class _Entry:
-    fingerprint: str
-    ready: asyncio.Future[Any]  # the Mem0 `Memory` instance
-    users: int = 0  # calls holding it (until their thread has finished)
-    retired: bool = False
-    closed: bool = False
-    writes: int = 0
+# MEM0_MAX_INSTANCES: twice VECTOR_MAX_OPEN_SHARDS, so tokens with open shards keep theirs.
+DEFAULT_MAX_INSTANCES = 64
 
 
 class Mem0Pool:
@@ -70,6 +69,7 @@ class Mem0Pool:
         embed_timeout: float,
         llm_timeout: float,
         secrets: tuple[str, ...] = (),
+        max_instances: int = DEFAULT_MAX_INSTANCES,
     ) -> None:
         self.engine = engine
         self._mem0_dir = mem0_dir
@@ -79,10 +79,18 @@ class Mem0Pool:
         self._embed_timeout = embed_timeout
         self._llm_timeout = llm_timeout
         self._secrets = secrets  # of the process (the Qdrant server's key): scrubbed from logs
-        self._entries: dict[int, _Entry] = {}
+        # Least recently used first; at most `max_instances` (0: no bound).
+        self._entries: OrderedDict[int, Entry] = OrderedDict()
+        self._max_instances = max_instances
         self._builds: set[asyncio.Task[None]] = set()
         self._closed = False
         self.built = 0  # instances constructed so far (tests, diagnostics)
+        self.evicted = 0  # instances closed to keep within `max_instances`
+
+    @property
+    def instances(self) -> int:
+        """The instances kept (built or being built); retired ones still busy not counted."""
+        return len(self._entries)
 
     @property
     def mem0_dir(self) -> Path:
@@ -270,7 +278,7 @@ class Mem0Pool:
         if entry is not None:
             self._retire(entry)
 
-    def _drop(self, token_id: int, entry: _Entry) -> None:
+    def _drop(self, token_id: int, entry: Entry) -> None:
         if self._entries.get(token_id) is entry:
             del self._entries[token_id]
         self._retire(entry)
@@ -278,7 +286,7 @@ class Mem0Pool:
     def current(self, token_id: int) -> Any:
         """The token's current Mem0 instance, or None (diagnostics and tests)."""
         entry = self._entries.get(token_id)
-        if entry is None or _failed_or_pending(entry.ready):
+        if entry is None or entries.failed_or_pending(entry.ready):
             return None
         return entry.ready.result()
 
@@ -294,23 +302,33 @@ class Mem0Pool:
     def _index(self, spec: Mem0Spec) -> VectorIndex:
         return self.engine.index(spec.token_id, spec.model_id, spec.dims)
 
-    def _entry(self, spec: Mem0Spec) -> _Entry:
+    def _entry(self, spec: Mem0Spec) -> Entry:
         if self._closed:
             raise RuntimeError("the long-term memory pool is closed")
         entry = self._entries.get(spec.token_id)
         if entry is not None and entry.fingerprint == spec.fingerprint:
+            self._entries.move_to_end(spec.token_id)
             return entry
         if entry is not None:
             self._retire(entry)
         loop = asyncio.get_running_loop()
-        entry = _Entry(spec.fingerprint, loop.create_future())
+        entry = Entry(spec.fingerprint, loop.create_future())
         self._entries[spec.token_id] = entry
+        self._entries.move_to_end(spec.token_id)
+        self._evict()
         task = loop.create_task(self._build(spec, entry))
         self._builds.add(task)
         task.add_done_callback(self._builds.discard)
         return entry
 
-    async def _build(self, spec: Mem0Spec, entry: _Entry) -> None:
+    def _evict(self) -> None:
+        """Past `max_instances`, drop the least recently used instances, idle ones first (a busy
+        one is closed when its last call ends); the newest, just added, is never one of them."""
+        for token_id, entry in entries.victims(self._entries, self._max_instances):
+            self._drop(token_id, entry)
+            self.evicted += 1
+
+    async def _build(self, spec: Mem0Spec, entry: Entry) -> None:
         try:
             memory = await self._run(spec.secrets, lambda: self._construct(spec))
         except BaseException as exc:
@@ -329,6 +347,7 @@ class Mem0Pool:
             self._close(entry)
 
     def _construct(self, spec: Mem0Spec) -> Any:
+        modules = len(sys.modules)
         memory = instance.build(
             spec,
             self.engine,
@@ -336,22 +355,26 @@ class Mem0Pool:
             embed_timeout=self._embed_timeout,
             llm_timeout=self._llm_timeout,
         )
-        freeze_long_lived()  # Mem0, its providers' modules and clients, the instance itself
+        # Frozen only when the build imported Mem0 or a provider (a one-off load): an instance
+        # is evicted and rebuilt, and a frozen one's cycles would never be collected (measured:
+        # ~0.8 MB of heap kept per build, docs/performance.md#mem0-instances).
+        if len(sys.modules) != modules:
+            freeze_long_lived()
         log.debug("token %d: Mem0 instance built (%s)", spec.token_id, spec.model_id)
         return memory
 
-    def _retire(self, entry: _Entry) -> None:
+    def _retire(self, entry: Entry) -> None:
         entry.retired = True
         if entry.users == 0:
             self._close(entry)
 
-    def _release(self, entry: _Entry) -> None:
+    def _release(self, entry: Entry) -> None:
         entry.users -= 1
         if entry.retired and entry.users == 0:
             self._close(entry)
 
-    def _close(self, entry: _Entry) -> None:
-        if entry.closed or _failed_or_pending(entry.ready):
+    def _close(self, entry: Entry) -> None:
+        if entry.closed or entries.failed_or_pending(entry.ready):
             return  # a build still running closes it when it finishes
         entry.closed = True
         memory = entry.ready.result()
@@ -398,7 +421,3 @@ class Mem0Pool:
         # The thread runs in a copy of this context: it sees the secrets and the request id.
         with logfilter.serving((*secrets, *self._secrets)):
             return await self._executor.run(fn, on_finish)
-
-
-def _failed_or_pending(ready: asyncio.Future[Any]) -> bool:
-    return not ready.done() or ready.cancelled() or ready.exception() is not None
