@@ -5,6 +5,10 @@ the same machine load. The recall stage is this plus the search (2-4 ms at 10,00
 docs/performance.md), so it says which model can fit the 10 ms budget.
 
     python scripts/bench/embed_candidates.py --embedder-path /tmp/emb [--queries 300]
+    M2V_MODEL=/tmp/m2v-model/pca256 python scripts/bench/embed_candidates.py \
+        --embedders minilm,m2v --embedder-path /tmp/m2v    # a distilled static model
+
+`--embedders` names the models to time (default: all of `bench/recall_embedders.py`'s).
 
 Each query is new to every model (a trailing counter defeats the product's cache of recent
 query vectors). Prints p50/p95/mean per model, and the load average before and after.

