@@ -7,7 +7,13 @@ Memory Gateway on. Its LLM, embedder and Gateway are fakes served from this proc
 outlive every kill and record what they received): Mem0's extraction answers slowly, each
 embedding is delayed, and the Gateway takes a while to answer an add, so work is in flight
 when the kill lands. Each extraction answer carries a per-call counter (`<text> #<n>`): Mem0's
-own hash dedup cannot hide a turn written twice.
+own hash dedup cannot hide a turn written twice. The embedder is the fake's hash embedder, not
+its bag-of-words one: the turns' texts differ only in a few numbers and a word, and in 32
+bag-of-words dimensions two of them collide often enough (e.g. "trial 4 bo turn 1 likes violins
+#7" and "trial 7 bo turn 1 likes violins #20" have cosine 1.0) that the consolidation job merges
+one turn's fact into another's, as it should for the same fact said twice. Hashed texts are
+unrelated vectors: no two turns' facts, nor two writes of one turn, are near duplicates, and a
+merge or supersession here is a failure of its own.
 
 In each of `TRIALS` trials, two end users (one session each) send turns (streamed or not, at
 random) while a seeded RNG picks the moment of the kill: a random delay, or just after a Mem0
@@ -22,7 +28,7 @@ gone; it does not wait for them to expire). Then, over everything sent so far:
 - no event without its jobs: every `session.appended` has one job per consumer
   (read from the SQLite file, read-only), and no job without its event;
 - every stored turn's Mem0 memories exist exactly once (its long-term job `done`), and no
-  memory exists for a turn that was not stored;
+  memory exists for a turn that was not stored; no fact was merged or superseded;
 - every stored turn has exactly one Gateway add received and a `done` job, or an `unknown`
   job and at most one add; never two adds of a turn; never a flush without its add.
 
@@ -35,6 +41,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import sqlite3
 import threading
 import time
 from collections import Counter, defaultdict
@@ -86,6 +93,10 @@ TRIGGERS = ("delay", "mem0", "gateway", "after", "inflight")
 INFLIGHT_DELAY = 2.0  # the upstream's answer, held while the kill lands (trigger "inflight")
 NOT_STORED = b": memorybridge stored=false"
 CONSUMERS = {"longterm", "gateway"}
+# Unrelated vectors for unrelated texts (`tests.fakes.upstream.embeddings`): no turn's fact is a
+# near duplicate of another's, so consolidation (on by default) has nothing to merge.
+EMBEDDER = {"model": "hash-embed"}
+CONSOLIDATED = ("longterm.merged", "longterm.superseded")
 
 
 @dataclass
@@ -162,7 +173,7 @@ def harness(tmp_path: Path) -> Iterator[Harness]:
                 "name": "crash",
                 "llm_base_url": up.url,
                 "llm_api_key": UPSTREAM_KEY,
-                **memory_fields(up.url),
+                **memory_fields(up.url, embed_body=EMBEDDER),
                 "memory": gateway_memory(gw.url, timeoutSeconds=10),
             }
             reply = httpx.post(
@@ -291,12 +302,25 @@ def added_texts(gateway: FakeGateway) -> Counter[str]:
     return Counter(str(p["messages"][0]["content"]) for p in gateway.payloads("add"))
 
 
+def consolidation_events(conn: sqlite3.Connection) -> list[tuple[str, str, str]]:
+    """Every merge or supersession logged: its type, the fact that went, and the one kept."""
+    marks = ", ".join("?" * len(CONSOLIDATED))
+    rows = conn.execute(
+        "select type, coalesce(json_extract(payload, '$.text'), ''), "
+        "coalesce(json_extract(payload, '$.into_text'), json_extract(payload, '$.by_text'), '') "
+        f"from memory_events where type in ({marks}) order by id",
+        CONSOLIDATED,
+    ).fetchall()
+    return [(str(kind), str(gone), str(kept)) for kind, gone, kept in rows]
+
+
 def check(h: Harness) -> tuple[list[StoredTurn], dict[str, dict[str, JobRow]]]:
     """Everything sent so far, once the queue has drained."""
     with read_only(h.db_path) as conn:
         turns = [t for t in stored_turns(conn) if t.token_id == h.token_id]
         jobs = job_rows(conn)
         events = event_ids(conn)
+        consolidated = consolidation_events(conn)
     by_event: dict[str, dict[str, JobRow]] = defaultdict(dict)
     for job in jobs:
         assert job.consumer not in by_event[job.event_id], f"two {job.consumer} jobs: {job}"
@@ -323,7 +347,9 @@ def check(h: Harness) -> tuple[list[StoredTurn], dict[str, dict[str, JobRow]]]:
         for name in consumers - {"gateway"}:
             assert its[name].status == "done", its[name]
 
-    # Mem0: exactly once per stored turn, nothing for a turn that was not stored.
+    # Mem0: exactly once per stored turn, nothing for a turn that was not stored. A merge would
+    # take a turn's fact away on purpose: never here, where no two turns say the same thing.
+    assert not consolidated, f"facts merged or superseded: {consolidated}"
     listed = h.admin_get(f"/tokens/{h.token_id}/memories", limit=1000)
     assert listed["total"] == len(listed["data"])
     memories = per_turn(m["memory"] for m in listed["data"])
