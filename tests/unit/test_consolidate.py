@@ -12,6 +12,7 @@ from memory_bridge.sources.longterm.consolidate import (
     InvalidVerdict,
     messages,
     normalised,
+    older_than,
     parse_verdicts,
     plan_from_verdicts,
     plan_without_llm,
@@ -117,3 +118,18 @@ def test_memory_longterm_is_validated_when_a_token_is_saved() -> None:
         assert str(caught.value).startswith(field), (bad, str(caught.value))
     with pytest.raises(TokenConfigError):
         parse_memory_config({"longterm": "judge"})
+
+
+def test_only_facts_said_before_the_new_one_are_its_older_facts() -> None:
+    """A turn's consolidation running after the next turn's extraction must not judge the
+    earlier fact against the later one (an "update" would then supersede the newer)."""
+    paris = Fact("b-paris", "I live in Paris", "2026-03-01T10:00:00+00:00")
+    berlin = Fact("a-berlin", "I moved to Berlin", "2026-06-01T10:00:00")  # naive: UTC
+    same_time = Fact("c-same", "I like tea", "2026-03-01T10:00:00+00:00")
+    undated = Fact("d-undated", "I like jazz", None)
+    assert older_than(berlin, [paris, same_time, undated, berlin]) == [paris, same_time, undated]
+    assert older_than(paris, [berlin, same_time, undated]) == [undated]
+    # Equal dates: the id decides, so exactly one of the two is the other's older fact.
+    assert older_than(same_time, [paris]) == [paris]
+    # A new fact whose date is unreadable keeps every other candidate (order unknown).
+    assert older_than(undated, [paris, berlin, undated]) == [paris, berlin]

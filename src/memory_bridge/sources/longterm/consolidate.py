@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from memory_bridge.core.timestamps import epoch_of
+
 Relation = Literal["duplicate", "update", "unrelated"]
 RELATIONS: tuple[Relation, ...] = ("duplicate", "update", "unrelated")
 MAX_ANSWER_CHARS = 20_000
@@ -109,6 +111,24 @@ def parse_verdicts(answer: str, count: int) -> list[Relation]:
     if len(found) != count:
         raise InvalidVerdict(f"{count - len(found)} listed fact(s) have no verdict")
     return [found[i] for i in range(1, count + 1)]
+
+
+def older_than(new: Fact, candidates: Sequence[Fact]) -> list[Fact]:
+    """The candidates said before `new` (by date, then id for equal dates), in their order.
+
+    A turn's consolidation may run after the next turn's extraction (they are jobs of two
+    consumers): without this, an earlier fact would be judged against a later one and an
+    "update" would supersede the newer statement with the older. A fact whose date cannot be
+    read is kept: its order is unknown."""
+    mine = epoch_of(new.created_at)
+    if mine is None:
+        return [f for f in candidates if f.id != new.id]
+    out = []
+    for fact in candidates:
+        theirs = epoch_of(fact.created_at)
+        if fact.id != new.id and (theirs is None or (theirs, fact.id) < (mine, new.id)):
+            out.append(fact)
+    return out
 
 
 def plan_without_llm(new: Fact, older: Sequence[Fact], near_duplicate: float) -> Plan | None:

@@ -26,6 +26,7 @@ from memory_bridge.sources.longterm.consolidate import (
     InvalidVerdict,
     Plan,
     messages,
+    older_than,
     parse_verdicts,
     plan_from_verdicts,
     plan_without_llm,
@@ -62,8 +63,10 @@ class Consolidator:
             for new in fresh:
                 if not await self._live(spec, new):
                     continue  # merged away by an earlier fact of this turn
-                nearest = partial(_nearest, namespace=ns, fact=new, limit=settings.max_judged + 1)
-                older = await pool.with_memory(spec, nearest)
+                # Twice the facts judged: the later ones among the nearest are left out.
+                limit = 2 * (settings.max_judged + 1)
+                nearest = partial(_nearest, namespace=ns, fact=new, limit=limit)
+                older = older_than(new, await pool.with_memory(spec, nearest))
                 plan = plan_without_llm(new, older, settings.near_duplicate)
                 if plan is None and settings.consolidation == "judge":
                     plan = await self._judge(spec, new, older, settings)
