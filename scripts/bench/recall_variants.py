@@ -115,7 +115,7 @@ def _with_settings(variant: Variant, name: str, settings: Sequence[str]) -> Vari
     depth = variant.depth
     window: dict[str, int | bool] = {}
     prf = {"prf": variant.prf, "prf_weight": variant.prf_weight}
-    fields: list[tuple[str, float | bool]] = []
+    fields: list[tuple[str, int | float | bool]] = []
     for setting in settings:
         match = _SETTING.fullmatch(setting)
         if match is None:
@@ -134,7 +134,9 @@ def _with_settings(variant: Variant, name: str, settings: Sequence[str]) -> Vari
         else:
             raw = match.group(2)
             value = {"true": True, "false": False}.get(raw.lower()) if raw.isalpha() else None
-            fields.append((match.group(1), float(raw) if value is None else value))
+            if value is None:  # integer fields (e.g. memoryTokenBudget) refuse a float
+                value = int(raw) if raw.isdigit() else float(raw)
+            fields.append((match.group(1), value))
     out = dataclasses.replace(
         variant,
         name=name,
