@@ -94,6 +94,10 @@ def setup(tmp_path: Path) -> Iterator[Setup]:
             # The jobs are the Gateway's, one per turn; the embedded vector engine belongs to
             # one process, so episodic jobs need a Qdrant server with separate workers.
             EPISODIC_MEMORY="false",
+            # Every turn's job pending, none deferred by the backlog's bounds: this is about
+            # workers draining one queue (the bounds have their own tests).
+            JOB_MAX_PENDING_PER_TOKEN="100000",
+            JOB_MAX_PENDING="100000",
         )
         admin = init_data_dir(env, tmp_path)
         argv = [sys.executable, "-m", "memory_bridge", "serve", "--no-worker"]
