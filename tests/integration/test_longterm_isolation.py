@@ -32,10 +32,11 @@ def test_randomised_interleaved_turns_stay_in_their_namespace(
     seed = int(os.environ.get("LONGTERM_SEED", random.randrange(1_000_000)))
     rng = random.Random(seed)
     proxy = running.proxy
-    tokens = {
-        name: proxy.create_token(name=name, **memory_fields(proxy.upstream_url, memory_limit=100))
-        for name in ("A", "B")
-    }
+    # 256 dimensions: no two of these facts' bag-of-words vectors reach the forge's
+    # near-duplicate cosine (0.95), whatever the seed; in 32, hash collisions made
+    # "Fact 16 ... kestrel" the same vector as "Fact 12 ... zephyr" (seed 616690).
+    fields = memory_fields(proxy.upstream_url, dims=256, memory_limit=100)
+    tokens = {name: proxy.create_token(name=name, **fields) for name in ("A", "B")}
     users = ["", "alice", "bob smith"]
     facts: dict[tuple[str, str], set[str]] = {(t, u): set() for t in tokens for u in users}
     turns = []

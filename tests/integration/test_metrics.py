@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from memory_bridge.server.logs import JsonFormatter
 from tests.fakes.upstream import FakeUpstream, Scenario
 from tests.support.chat_helpers import user
+from tests.support.longterm_support import wait_until
 from tests.support.proxy import Proxy, start_proxy
 
 SCRAPER = "scrape-token-0123456789abcdef"
@@ -124,12 +125,19 @@ def test_each_request_is_one_json_log_line(
     token_id, token = scraped.create_token()
     with caplog.at_level(logging.INFO, logger="memory_bridge.access"):
         reply = scraped.chat(token, {"X-Session-Id": "j"}, model="m", messages=[user(MESSAGE)])
-    rid = reply.headers["x-request-id"]
-    lines = [
-        JsonFormatter().format(r)
-        for r in caplog.records
-        if r.name == "memory_bridge.access" and getattr(r, "request_id", "") == rid
-    ]
+        rid = reply.headers["x-request-id"]
+
+        def access_lines() -> list[str]:
+            return [
+                JsonFormatter().format(r)
+                for r in caplog.records
+                if r.name == "memory_bridge.access" and getattr(r, "request_id", "") == rid
+            ]
+
+        # The line is written once the last byte is sent, which can be after the client has
+        # read the reply.
+        wait_until(access_lines, what="the access line")
+    lines = access_lines()
     assert len(lines) == 1
     entry = json.loads(lines[0])
     assert "\n" not in lines[0]
