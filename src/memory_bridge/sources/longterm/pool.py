@@ -38,16 +38,11 @@ from memory_bridge.core.heap import freeze_long_lived
 from memory_bridge.sources.longterm import instance, logfilter
 from memory_bridge.sources.longterm import pool_entries as entries
 from memory_bridge.sources.longterm import pool_work as work
-from memory_bridge.sources.longterm.config import MODEL_PREFIX, Mem0Spec
+from memory_bridge.sources.longterm.config import Mem0Spec
 from memory_bridge.sources.longterm.events import FactChange
-from memory_bridge.sources.longterm.points import (
-    ENTITY_KIND,
-    MEMORY_KIND,
-    StoredMemory,
-    to_stored,
-)
+from memory_bridge.sources.longterm.points import StoredMemory
 from memory_bridge.sources.longterm.pool_entries import Entry
-from memory_bridge.vectors.index import VectorEngine, VectorIndex, Where
+from memory_bridge.vectors.index import VectorEngine, VectorIndex
 
 __all__ = ["Mem0Pool"]
 
@@ -228,17 +223,7 @@ class Mem0Pool:
         (the token and its episodic index stay); the memories deleted."""
         self.invalidate(spec.token_id)
 
-        def run() -> list[StoredMemory]:
-            gone: list[StoredMemory] = []
-            for key in self.engine.shards(spec.token_id):
-                if key.model_id.startswith(MODEL_PREFIX):
-                    index = self.engine.index(key.token_id, key.model_id, key.dims)
-                    points = index.scroll(Where(kind=MEMORY_KIND))
-                    gone.extend(to_stored(spec.token_id, p) for p in points)
-                    index.delete_where(Where(kind=(MEMORY_KIND, ENTITY_KIND)))
-            work.remove_history(self._mem0_dir, spec.token_id)
-            return gone
-
+        run = partial(work.clear_token, self.engine, self._mem0_dir, spec.token_id)
         return await self._run(spec.secrets, run)
 
     async def purge(self, token_id: int) -> int:
@@ -247,12 +232,9 @@ class Mem0Pool:
         (its episodic shards go with it). Returns how many shards were dropped."""
         self.invalidate(token_id)
 
-        def run() -> int:
-            dropped = self.engine.drop_token(token_id)
-            work.remove_history(self._mem0_dir, token_id)
-            return dropped
-
-        dropped = await self._run((), run)
+        dropped = await self._run(
+            (), partial(work.purge_token, self.engine, self._mem0_dir, token_id)
+        )
         if dropped:
             log.info("token %d: vector storage purged (%d shard(s))", token_id, dropped)
         return dropped

@@ -8,16 +8,17 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from memory_bridge.sources.longterm.config import Mem0Spec, end_user, history_path
+from memory_bridge.sources.longterm.config import MODEL_PREFIX, Mem0Spec, end_user, history_path
 from memory_bridge.sources.longterm.events import FactChange
 from memory_bridge.sources.longterm.points import (
+    ENTITY_KIND,
     MEMORY_KIND,
     StoredMemory,
     from_mem0_payload,
     from_mem0_result,
     to_stored,
 )
-from memory_bridge.vectors.index import VectorIndex, Where
+from memory_bridge.vectors.index import VectorEngine, VectorIndex, Where
 
 # Mem0's default search threshold (`Memory.search(threshold=0.1)`), on the cosine.
 MIN_SCORE = 0.1
@@ -98,6 +99,26 @@ def delete_where(
         memory.delete(point.id)
         gone.append(to_stored(spec.token_id, point))
     return gone
+
+
+def clear_token(engine: VectorEngine, mem0_dir: Path, token_id: int) -> list[StoredMemory]:
+    """Every memory of the token, in every embedding space it used, and Mem0's history,
+    deleted (its episodic shards stay); the memories deleted."""
+    gone: list[StoredMemory] = []
+    for key in engine.shards(token_id):
+        if key.model_id.startswith(MODEL_PREFIX):
+            index = engine.index(key.token_id, key.model_id, key.dims)
+            gone.extend(to_stored(token_id, p) for p in index.scroll(Where(kind=MEMORY_KIND)))
+            index.delete_where(Where(kind=(MEMORY_KIND, ENTITY_KIND)))
+    remove_history(mem0_dir, token_id)
+    return gone
+
+
+def purge_token(engine: VectorEngine, mem0_dir: Path, token_id: int) -> int:
+    """The token's whole vector storage and Mem0's history, deleted; the shards dropped."""
+    dropped = engine.drop_token(token_id)
+    remove_history(mem0_dir, token_id)
+    return dropped
 
 
 def remove_history(mem0_dir: Path, token_id: int) -> None:
