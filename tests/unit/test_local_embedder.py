@@ -98,3 +98,14 @@ def test_a_pipeline_the_encoder_does_not_reproduce_stays_on_torch() -> None:
     assert not onnx_encoder._same_vectors(unnormalised, plain, torch)
     normalised = onnx_encoder._export(plain, torch, ort, normalize=True)
     assert onnx_encoder._same_vectors(normalised, plain, torch)
+
+
+def test_the_packaged_model_reads_the_first_128_word_pieces_of_a_text() -> None:
+    embedding = LocalEmbedding(LocalModel(path=""), DEFAULT_DIMS)
+    # 160 common words, one word piece each: past 128, within the 256 of sentence-transformers'
+    # default, which would read the tail.
+    head = " ".join(["the river runs past the old mill"] * 20 + ["and"] * 20)
+    same_head = embedding.embed(head + " but a tail about quantum chromodynamics is never read")
+    assert _cosine(same_head, embedding.embed(head)) > 0.99999
+    short = "When did Caroline go to the support group?"
+    assert _cosine(embedding.embed(short), embedding.embed(short + " And then?")) < 0.999

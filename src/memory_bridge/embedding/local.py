@@ -53,6 +53,11 @@ DEFAULT_DIMS = 384
 SHORT_CALL = 8
 # Single-text vectors remembered per model (a few concurrent requests' queries).
 RECENT = 32
+# The packaged MiniLM reads at most this many word pieces of a text: the length it was trained
+# with (its model card), where sentence-transformers' default for it is 256. A forward pass
+# costs about linearly in its length, so a long message (an agent's prompt, a pasted document)
+# costs half as much on the request path and in indexing (docs/decisions.md, "Embedding length").
+DEFAULT_MAX_TOKENS = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +229,8 @@ def _load(spec: LocalModel) -> _Loaded:
         model = sentence_transformers.SentenceTransformer(
             spec.path or default_model_path(), **kwargs
         )
+        if not spec.path:  # the packaged model; a token's own model keeps its own length
+            model.max_seq_length = min(int(model.max_seq_length), DEFAULT_MAX_TOKENS)
         # sentence-transformers >= 5 renamed the method (the old name warns).
         get_dims = getattr(model, "get_embedding_dimension", None)
         dims = get_dims() if get_dims else model.get_sentence_embedding_dimension()
