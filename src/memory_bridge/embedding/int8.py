@@ -1,0 +1,117 @@
+"""`all-MiniLM-L6-v2-int8`: the packaged MiniLM with int8 weights, an opt-in local model.
+
+Why: a recall query's MiniLM forward pass is most of the proxy's own time before it forwards a
+request (docs/performance.md, "The dense model"); with its matrix weights in int8 the same
+graph runs ~1.5-1.9x faster on ONNX Runtime. Its vectors are close to the fp32 model's but not
+the same (cosine mean 0.991, min 0.982 on 400 LoCoMo messages), so it is a model of its own:
+a token opts in with `embed_provider: "local"`, `embed_body: {"model": "all-MiniLM-L6-v2-int8"}`,
+and gets its own model id (`local:all-MiniLM-L6-v2-int8`, Mem0's `mem0:all-MiniLM-L6-v2-int8`):
+its vectors never share a shard with the fp32 model's (docs/decisions.md, "The int8 MiniLM").
+
+How, at first load, in memory (nothing is downloaded or kept on disk): the fp32 graph is
+exported and checked exactly as `onnx_encoder` does for the default model, then ONNX Runtime's
+dynamic quantisation turns the MatMul weights into int8 with one scale per output channel
+(one scale per tensor loses too much: cosine min 0.90); activations are quantised at run time,
+one scale per batch, so a text's vector moves slightly with the texts it is embedded with.
+The quantised graph must then stay within `MIN_COSINE` of sentence-transformers' vectors on
+the probes. Where it does not (or quantising fails), the model loads as the fp32 graph with a
+warning: the vectors it then stores are the ones the int8 vectors already stored were checked
+against, within the bound.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from memory_bridge.embedding import onnx_encoder
+from memory_bridge.embedding.onnx_encoder import OnnxEncoder
+
+log = logging.getLogger(__name__)
+
+# The name a token's `embed_body.model` gives to opt in; also its model id's model part.
+INT8_MODEL = "all-MiniLM-L6-v2-int8"
+# The smallest cosine to the fp32 model's vector allowed on any probe (measured: 0.99 and up on
+# the probes, 0.982 at worst on 400 LoCoMo messages; per-tensor scales, rejected, reach 0.90).
+MIN_COSINE = 0.97
+
+
+def from_sentence_transformer(model: Any, torch: Any) -> tuple[OnnxEncoder | None, bool]:
+    """An encoder for `model` on ONNX Runtime, and whether it is the int8 one: the int8 graph
+    within the bound, else the fp32 graph (warned), else (None, False): torch, as the
+    default model would fall back (`onnx_encoder.from_sentence_transformer` logs why)."""
+    try:
+        ort = importlib.import_module("onnxruntime")
+        quantization = importlib.import_module("onnxruntime.quantization")
+        onnx = importlib.import_module("onnx")
+    except ImportError:
+        log.warning("%s needs onnxruntime and onnx: it runs as the fp32 model", INT8_MODEL)
+        return onnx_encoder.from_sentence_transformer(model, torch), False
+    normalize = onnx_encoder._plain_pipeline(model)
+    if normalize is None:
+        log.warning("%s: not transformer + mean pooling, runs as the fp32 model", INT8_MODEL)
+        return None, False
+    try:
+        graph, names = onnx_encoder.export_graph(model, torch)
+        fp32 = onnx_encoder.session_encoder(ort, graph, model, names, normalize=normalize)
+        if not onnx_encoder._same_vectors(fp32, model, torch):
+            log.warning("%s: the fp32 graph's vectors differ: runs on torch", INT8_MODEL)
+            return None, False
+    except Exception as exc:  # any exporter or runtime failure means "use torch"
+        log.warning("%s: ONNX export failed (%s): runs on torch", INT8_MODEL, type(exc).__name__)
+        return None, False
+    try:
+        quantized = _quantize(onnx, quantization, graph)
+        int8 = onnx_encoder.session_encoder(ort, quantized, model, names, normalize=normalize)
+        cosine, _ = onnx_encoder.probe_gap(int8, model, torch)
+    except Exception as exc:  # a quantiser or runtime failure: the fp32 graph still works
+        log.warning(
+            "%s: quantising failed (%s): runs as the fp32 model", INT8_MODEL, type(exc).__name__
+        )
+        return fp32, False
+    if cosine < MIN_COSINE:
+        log.warning(
+            "%s: the int8 graph's vectors are too far from the fp32 model's (cosine %.4f < %.2f):"
+            " runs as the fp32 model",
+            INT8_MODEL,
+            cosine,
+            MIN_COSINE,
+        )
+        return fp32, False
+    return int8, True
+
+
+def _quantize(onnx: Any, quantization: Any, graph: bytes) -> bytes:
+    """`graph` with its MatMul weights in int8, one scale per output channel."""
+    quiet = _QuantizerChatter()
+    root = logging.getLogger()
+    root.addFilter(quiet)
+    try:
+        with tempfile.TemporaryDirectory(prefix="minilm-int8-") as tmp:
+            return _quantize_to(onnx, quantization, graph, Path(tmp) / "int8.onnx")
+    finally:
+        root.removeFilter(quiet)
+
+
+class _QuantizerChatter(logging.Filter):
+    """The quantiser logs a line per tensor it leaves alone on the root logger: dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "quantization" not in Path(record.pathname).parts
+
+
+def _quantize_to(onnx: Any, quantization: Any, graph: bytes, target: Path) -> bytes:
+    quantization.quantize_dynamic(
+        onnx.load_from_string(graph),
+        target,
+        weight_type=quantization.QuantType.QInt8,
+        per_channel=True,
+        op_types_to_quantize=["MatMul"],
+        # Only weights (a constant second operand): attention's activation x activation
+        # products stay in float.
+        extra_options={"MatMulConstBOnly": True},
+    )
+    return target.read_bytes()
