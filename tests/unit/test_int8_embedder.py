@@ -67,6 +67,13 @@ def test_the_int8_model_has_its_own_id_and_stays_within_the_bound_of_fp32() -> N
         assert cosines.min() >= int8.MIN_COSINE, cosines
         assert cosines.min() < 0.9999, "the int8 model gave the fp32 model's vectors"
 
+    # Activations are quantised with one scale per pass: a short text beside a long one would
+    # get the long one's coarser scale, so each text runs alone and keeps its own vector.
+    encoder = local_embedder._models[(spec.local, "onnx")].onnx
+    assert encoder is not None
+    alone, beside = encoder.encode([PROBES[0]]), encoder.encode([PROBES[0], PROBES[-1]])
+    assert float((alone[0] * beside[0]).sum()) > 0.99999
+
 
 def test_outside_the_bound_it_runs_as_the_fp32_graph_and_says_so(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture

@@ -55,17 +55,22 @@ class OnnxEncoder:
         max_length: int,
         *,
         normalize: bool,
+        one_per_pass: bool = False,
     ) -> None:
         self._session = session
         self._tokenizer = tokenizer
         self._input_names = tuple(input_names)
         self._max_length = max_length
         self._normalize = normalize
+        # Each text in a forward pass of its own (the int8 graph: see `embedding.int8`).
+        self._one_per_pass = one_per_pass
         # Hugging Face fast tokenizers raise "Already borrowed" when used from two threads at
         # once; the session itself is safe to share, so only tokenising is serialised.
         self._tokenizer_lock = threading.Lock()
 
     def encode(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        if self._one_per_pass and len(texts) > 1:
+            return np.concatenate([self._encode_padded([text]) for text in texts])
         if len(texts) <= CHUNK:
             return self._encode_padded(texts)
         # Padding costs a forward pass over the longest text's length for every row: texts of
@@ -192,7 +197,13 @@ def export_graph(model: Any, torch: Any) -> tuple[bytes, list[str]]:
 
 
 def session_encoder(
-    ort: Any, graph: bytes, model: Any, names: Sequence[str], *, normalize: bool
+    ort: Any,
+    graph: bytes,
+    model: Any,
+    names: Sequence[str],
+    *,
+    normalize: bool,
+    one_per_pass: bool = False,
 ) -> OnnxEncoder:
     """An encoder running `graph` (serialised ONNX) with `model`'s tokenizer and length limit."""
     options = ort.SessionOptions()
@@ -203,7 +214,12 @@ def session_encoder(
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     session = ort.InferenceSession(graph, sess_options=options, providers=["CPUExecutionProvider"])
     return OnnxEncoder(
-        session, model.tokenizer, names, int(model.max_seq_length), normalize=normalize
+        session,
+        model.tokenizer,
+        names,
+        int(model.max_seq_length),
+        normalize=normalize,
+        one_per_pass=one_per_pass,
     )
 
 
