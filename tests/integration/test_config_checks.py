@@ -275,6 +275,12 @@ def test_the_packaged_local_model_with_other_dims_is_refused_naming_its_size(
     assert token_id.status_code == 201, token_id.text
     patched = proxy.admin("PATCH", f"/tokens/{token_id.json()['id']}", json={"embed_dims": 1536})
     assert "set embed_dims to 384" in _refused(patched, "embed_dims", "dims_mismatch")
+    # The int8 variant is the same model: its size is known at save time too.
+    int8 = {"embed_provider": "local", "embed_body": {"model": "all-MiniLM-L6-v2-int8"}}
+    message = _refused(
+        _create(proxy, **{**fields, **int8, "embed_dims": 1536}), "embed_dims", "dims_mismatch"
+    )
+    assert "(all-MiniLM-L6-v2-int8) makes 384-dim" in message
 
 
 def test_an_api_embedder_without_a_memory_llm_runs_episodic_memory_alone(

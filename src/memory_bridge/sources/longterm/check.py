@@ -29,6 +29,7 @@ from typing import Any
 
 import httpx
 
+from memory_bridge.embedding.int8 import INT8_MODEL
 from memory_bridge.embedding.local import DEFAULT_DIMS, DEFAULT_MODEL
 from memory_bridge.sources.failures import LOCAL_EXTRA_MODULES
 from memory_bridge.sources.longterm import config as mem0_config
@@ -80,7 +81,8 @@ async def check_longterm(
     except mem0_config.Mem0ConfigError as exc:
         raise Refusal("memory_llm_provider", str(exc), "config_error").error() from None
     if spec.local_model is not None:
-        missing = missing_local_modules(with_packaged_model=not spec.local_model.path)
+        packaged = spec.local_model.path in ("", INT8_MODEL)
+        missing = missing_local_modules(with_packaged_model=packaged)
         if missing:
             raise Refusal(
                 "embed_provider",
@@ -112,14 +114,15 @@ def check_embedder(config: TokenConfig) -> None:
     uses it (Mem0, or episodic memory alone): the packaged local model's vector size."""
     if config.embed_provider != "local" or config.embed_dims is None:
         return
-    if (config.embed_body or {}).get("model"):
+    model = str((config.embed_body or {}).get("model") or "")
+    if model not in ("", INT8_MODEL):
         return  # a model of one's own: its size is known only once it is loaded
     if config.embed_dims != DEFAULT_DIMS:
         # Every chat of the token would fail on it otherwise.
         raise Refusal(
             "embed_dims",
-            f"the packaged local model ({DEFAULT_MODEL}) makes {DEFAULT_DIMS}-dim vectors, "
-            f"not {config.embed_dims}: set embed_dims to {DEFAULT_DIMS}",
+            f"the packaged local model ({model or DEFAULT_MODEL}) makes {DEFAULT_DIMS}-dim "
+            f"vectors, not {config.embed_dims}: set embed_dims to {DEFAULT_DIMS}",
             "dims_mismatch",
         ).error()
 
