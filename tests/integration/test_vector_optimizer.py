@@ -17,6 +17,7 @@ from memory_bridge.vectors.edge import EdgeEngine
 from memory_bridge.vectors.optimizer import ShardOptimizer
 from tests.fakes.upstream import FakeUpstream, Scenario
 from tests.integration.test_vectors_adapters import hashed, point
+from tests.support.chat_helpers import say
 from tests.support.longterm_support import forwarded_recall, memory_fields, wait_until
 from tests.support.loopback import LoopbackServer
 from tests.support.proxy import Proxy, start_proxy
@@ -35,15 +36,6 @@ def served(
         yield server, proxy
     finally:
         server.stop()
-
-
-def _say(proxy: Proxy, token: str, text: str, session: str) -> None:
-    proxy.client(token).chat.completions.create(
-        model="m",
-        messages=[{"role": "user", "content": text}],
-        user="ada",
-        extra_headers={"X-Session-Id": session},
-    )
 
 
 def _indexed(proxy: Proxy, token_id: int) -> bool:
@@ -87,21 +79,21 @@ def _run(
     other_id, other = proxy.create_token(name="other", **fields)
 
     # Two turns (4 points): under the threshold, nothing is built.
-    _say(proxy, token, "My sister Ingrid lives in Trondheim", "monday")
-    _say(proxy, token, "I bought a red kayak", "monday")
+    say(proxy, token, "My sister Ingrid lives in Trondheim", "monday")
+    say(proxy, token, "I bought a red kayak", "monday")
     wait_until(lambda: _indexed(proxy, token_id), what="the episodic jobs")
     assert not started.wait(0.5) and optimizer.runs == []
 
     # The third turn takes the shard to 6 points: one build starts, in the background.
-    _say(proxy, token, "The kayak is kept in the boathouse", "monday")
+    say(proxy, token, "The kayak is kept in the boathouse", "monday")
     assert started.wait(30), "no optimisation started"
     assert optimizer.running is not None and optimizer.running.token_id == token_id
     # Recall (and indexing) keep working while it runs.
-    _say(proxy, token, "Where does Ingrid live?", "friday")
+    say(proxy, token, "Where does Ingrid live?", "friday")
     assert "My sister Ingrid lives in Trondheim" in forwarded_recall(upstream)
     # Another shard past the threshold meanwhile waits its turn: one build at a time.
     for text in ("one apple", "two pears", "three plums"):
-        _say(proxy, other, text, "s")
+        say(proxy, other, text, "s")
     wait_until(lambda: _indexed(proxy, other_id), what="the other token's episodic jobs")
     assert len(builds) == 1
 
@@ -112,7 +104,7 @@ def _run(
     assert first.grown >= THRESHOLD and first.changed is not None
     assert optimizer.running is None and len(builds) == 2
     # After the swap the shard answers as before, and nothing more is built for it.
-    _say(proxy, token, "Where does Ingrid live?", "saturday")
+    say(proxy, token, "Where does Ingrid live?", "saturday")
     assert "My sister Ingrid lives in Trondheim" in forwarded_recall(upstream)
     wait_until(lambda: _indexed(proxy, token_id), what="the episodic jobs")
     assert len(optimizer.runs) == 2

@@ -27,6 +27,16 @@ def system(text: str) -> Msg:
     return {"role": "system", "content": text}
 
 
+def say(proxy: Proxy, token: str, text: str, session: str, end_user: str = "ada") -> None:
+    """One user message of `end_user` in `session`, through the official SDK."""
+    proxy.client(token).chat.completions.create(
+        model="m",
+        messages=[{"role": "user", "content": text}],
+        user=end_user,
+        extra_headers={"X-Session-Id": session},
+    )
+
+
 def auth(token: str, **headers: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}", **headers}
 
