@@ -94,9 +94,10 @@ def test_a_pipeline_the_encoder_does_not_reproduce_stays_on_torch() -> None:
     # A graph whose vectors differ from the model's is refused by the check: here the same
     # graph without the model's final normalisation.
     ort = pytest.importorskip("onnxruntime")
-    unnormalised = onnx_encoder._export(plain, torch, ort, normalize=False)
+    graph, names = onnx_encoder.export_graph(plain, torch)
+    unnormalised = onnx_encoder.session_encoder(ort, graph, plain, names, normalize=False)
     assert not onnx_encoder._same_vectors(unnormalised, plain, torch)
-    normalised = onnx_encoder._export(plain, torch, ort, normalize=True)
+    normalised = onnx_encoder.session_encoder(ort, graph, plain, names, normalize=True)
     assert onnx_encoder._same_vectors(normalised, plain, torch)
 
 

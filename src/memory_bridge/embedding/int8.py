@@ -45,39 +45,30 @@ MIN_COSINE = 0.97
 
 def from_sentence_transformer(model: Any, torch: Any) -> tuple[OnnxEncoder | None, bool]:
     """An encoder for `model` on ONNX Runtime, and whether it is the int8 one: the int8 graph
-    within the bound, else the fp32 graph (warned), else (None, False): torch, as the
-    default model would fall back (`onnx_encoder.from_sentence_transformer` logs why)."""
+    within the bound, else the checked fp32 graph (warned), else (None, False): torch, as the
+    default model would fall back (`onnx_encoder.checked_export` logs why)."""
+    checked = onnx_encoder.checked_export(model, torch)
+    if checked is None:
+        log.warning("%s runs as the fp32 model on torch", INT8_MODEL)
+        return None, False
     try:
-        ort = importlib.import_module("onnxruntime")
         quantization = importlib.import_module("onnxruntime.quantization")
         onnx = importlib.import_module("onnx")
-    except ImportError:
-        log.warning("%s needs onnxruntime and onnx: it runs as the fp32 model", INT8_MODEL)
-        return onnx_encoder.from_sentence_transformer(model, torch), False
-    normalize = onnx_encoder._plain_pipeline(model)
-    if normalize is None:
-        log.warning("%s: not transformer + mean pooling, runs as the fp32 model", INT8_MODEL)
-        return None, False
-    try:
-        graph, names = onnx_encoder.export_graph(model, torch)
-        fp32 = onnx_encoder.session_encoder(ort, graph, model, names, normalize=normalize)
-        if not onnx_encoder._same_vectors(fp32, model, torch):
-            log.warning("%s: the fp32 graph's vectors differ: runs on torch", INT8_MODEL)
-            return None, False
-    except Exception as exc:  # any exporter or runtime failure means "use torch"
-        log.warning("%s: ONNX export failed (%s): runs on torch", INT8_MODEL, type(exc).__name__)
-        return None, False
-    try:
-        quantized = _quantize(onnx, quantization, graph)
+        quantized = _quantize(onnx, quantization, checked.graph)
         int8 = onnx_encoder.session_encoder(
-            ort, quantized, model, names, normalize=normalize, one_per_pass=True
+            checked.ort,
+            quantized,
+            model,
+            checked.names,
+            normalize=checked.normalize,
+            one_per_pass=True,
         )
         cosine, _ = onnx_encoder.probe_gap(int8, model, torch)
     except Exception as exc:  # a quantiser or runtime failure: the fp32 graph still works
         log.warning(
             "%s: quantising failed (%s): runs as the fp32 model", INT8_MODEL, type(exc).__name__
         )
-        return fp32, False
+        return checked.encoder, False
     if cosine < MIN_COSINE:
         log.warning(
             "%s: the int8 graph's vectors are too far from the fp32 model's (cosine %.4f < %.2f):"
@@ -86,7 +77,7 @@ def from_sentence_transformer(model: Any, torch: Any) -> tuple[OnnxEncoder | Non
             cosine,
             MIN_COSINE,
         )
-        return fp32, False
+        return checked.encoder, False
     return int8, True
 
 

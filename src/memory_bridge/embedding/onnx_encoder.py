@@ -22,6 +22,7 @@ import logging
 import threading
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -105,8 +106,26 @@ class OnnxEncoder:
         return result
 
 
+@dataclass(frozen=True, slots=True)
+class CheckedExport:
+    """The model's graph on ONNX Runtime, checked to give the model's own vectors, and what
+    another encoder of the same graph needs (`embedding.int8` quantises it)."""
+
+    encoder: OnnxEncoder
+    graph: bytes
+    names: list[str]
+    normalize: bool
+    ort: Any
+
+
 def from_sentence_transformer(model: Any, torch: Any) -> OnnxEncoder | None:
     """An encoder giving `model.encode`'s vectors faster, or None (logged) where it can't."""
+    checked = checked_export(model, torch)
+    return checked.encoder if checked is not None else None
+
+
+def checked_export(model: Any, torch: Any) -> CheckedExport | None:
+    """`model` exported and checked (see `from_sentence_transformer`), or None (logged)."""
     try:
         ort = importlib.import_module("onnxruntime")
         importlib.import_module("onnx")  # torch's exporter writes through it
@@ -118,7 +137,8 @@ def from_sentence_transformer(model: Any, torch: Any) -> OnnxEncoder | None:
         log.info("local model is not transformer + mean pooling: it runs on torch")
         return None
     try:
-        encoder = _export(model, torch, ort, normalize=normalize)
+        graph, names = export_graph(model, torch)
+        encoder = session_encoder(ort, graph, model, names, normalize=normalize)
         same = _same_vectors(encoder, model, torch)
     except Exception as exc:  # any exporter or runtime failure means "use torch"
         log.warning(
@@ -130,7 +150,7 @@ def from_sentence_transformer(model: Any, torch: Any) -> OnnxEncoder | None:
             "the ONNX graph's vectors differ from the model's: the local model runs on torch"
         )
         return None
-    return encoder
+    return CheckedExport(encoder, graph, names, normalize, ort)
 
 
 def _plain_pipeline(model: Any) -> bool | None:
@@ -153,11 +173,6 @@ def _plain_pipeline(model: Any) -> bool | None:
         )
     )
     return len(kinds) == 3 if mean else None
-
-
-def _export(model: Any, torch: Any, ort: Any, *, normalize: bool) -> OnnxEncoder:
-    graph, names = export_graph(model, torch)
-    return session_encoder(ort, graph, model, names, normalize=normalize)
 
 
 def export_graph(model: Any, torch: Any) -> tuple[bytes, list[str]]:
