@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -22,7 +21,7 @@ from tests.fakes.upstream.extraction import new_user_texts
 from tests.support.hybrid_memory_support import Served
 from tests.support.jobs_support import queue_counts, wait_drained
 from tests.support.longterm_support import (
-    EMBED_KEY,
+    episodic_embedder,
     forwarded_recall,
     memory_fields,
     memory_texts,
@@ -33,18 +32,6 @@ BOUND = 4
 BATCH = 8
 TURNS = 30
 COURIERS = [f"courier{chr(97 + i % 26)}{chr(97 + i // 26)}zed" for i in range(TURNS)]
-
-
-def _embedder(url: str) -> dict[str, Any]:
-    """Episodic memory with the token's own embedder (the fake's bag of words), no memory LLM:
-    the turns' only after-turn work is the episodic index."""
-    return {
-        "embed_provider": "openai",
-        "embed_base_url": url,
-        "embed_api_key": EMBED_KEY,
-        "embed_dims": 32,
-        "embed_body": {"model": "bow-words"},
-    }
 
 
 @pytest.fixture
@@ -103,7 +90,7 @@ def test_a_backlog_past_the_bound_is_coalesced_then_indexed_in_batches_and_recal
     held: Served, upstream: FakeUpstream
 ) -> None:
     proxy = held.proxy
-    token_id, token = proxy.create_token(**_embedder(proxy.upstream_url))
+    token_id, token = proxy.create_token(**episodic_embedder(proxy.upstream_url))
     for i in range(TURNS):
         _say(proxy, token, f"Parcel {i} travels with {COURIERS[i]}", session=f"s{i % 3}")
 
@@ -140,8 +127,8 @@ def test_one_tokens_flood_stays_within_its_bound_and_leaves_another_token_pendin
     held: Served,
 ) -> None:
     proxy = held.proxy
-    flood_id, flood = proxy.create_token(**_embedder(proxy.upstream_url))
-    quiet_id, quiet = proxy.create_token(name="quiet", **_embedder(proxy.upstream_url))
+    flood_id, flood = proxy.create_token(**episodic_embedder(proxy.upstream_url))
+    quiet_id, quiet = proxy.create_token(name="quiet", **episodic_embedder(proxy.upstream_url))
     for i in range(3 * BOUND):
         _say(proxy, flood, f"flood message {i}", user=f"user{i % 2}", session=f"f{i}")
         # The token's jobs scheduled one by one never pass the bound, whatever it sends.
@@ -163,8 +150,8 @@ def test_past_the_overall_bound_every_token_is_coalesced(
     )
     try:
         proxy = served.proxy
-        first_id, first = proxy.create_token(**_embedder(proxy.upstream_url))
-        second_id, second = proxy.create_token(name="b", **_embedder(proxy.upstream_url))
+        first_id, first = proxy.create_token(**episodic_embedder(proxy.upstream_url))
+        second_id, second = proxy.create_token(name="b", **episodic_embedder(proxy.upstream_url))
         for i in range(3):
             _say(proxy, first, f"first {i}", session=f"a{i}")
         _say(proxy, second, "second", session="b")

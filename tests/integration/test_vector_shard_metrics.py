@@ -16,18 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.fakes.upstream import FakeUpstream
 from tests.support.hybrid_memory_support import Served
 from tests.support.jobs_support import wait_drained
-from tests.support.longterm_support import EMBED_KEY
+from tests.support.longterm_support import episodic_embedder
 from tests.support.proxy import Proxy
-
-
-def _embedder(url: str) -> dict[str, object]:
-    return {
-        "embed_provider": "openai",
-        "embed_base_url": url,
-        "embed_api_key": EMBED_KEY,
-        "embed_dims": 32,
-        "embed_body": {"model": "bow-words"},
-    }
 
 
 def _metrics(proxy: Proxy) -> dict[str, float]:
@@ -62,8 +52,8 @@ def served(
 
 def test_metrics_show_open_and_parked_shards_and_each_reopen(served: Served) -> None:
     proxy = served.proxy
-    first_id, first = proxy.create_token(name="a", **_embedder(proxy.upstream_url))
-    second_id, second = proxy.create_token(name="b", **_embedder(proxy.upstream_url))
+    first_id, first = proxy.create_token(name="a", **episodic_embedder(proxy.upstream_url))
+    second_id, second = proxy.create_token(name="b", **episodic_embedder(proxy.upstream_url))
     _say(proxy, first, "My bicycle is a green Gazelle")
     wait_drained(proxy.url, proxy.admin_token, first_id)
     seen = _metrics(proxy)

@@ -46,6 +46,18 @@ def memory_fields(upstream_url: str, dims: int = 32, **extra: Any) -> dict[str, 
     return fields
 
 
+def episodic_embedder(upstream_url: str) -> dict[str, Any]:
+    """The token's own embedder (the fake's bag of words) and no memory LLM: episodic memory
+    alone, its turns' only after-turn work the episodic index."""
+    return {
+        "embed_provider": "openai",
+        "embed_base_url": upstream_url,
+        "embed_api_key": EMBED_KEY,
+        "embed_dims": 32,
+        "embed_body": {"model": "bow-words"},
+    }
+
+
 def wait_until(check: Callable[[], T], timeout: float = WAIT, what: str = "condition") -> T:
     """Poll `check` until it returns something truthy; fail after `timeout` seconds."""
     deadline = time.monotonic() + timeout
