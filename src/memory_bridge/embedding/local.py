@@ -26,7 +26,9 @@ batch (a turn's indexing job) takes the vectors it finds there too.
 Where `onnxruntime` is installed (the `local` extra) and the model is a plain transformer with
 mean pooling, the forward pass runs on ONNX Runtime instead (`embedding.onnx_encoder`: the same
 vectors, checked at load, faster); then nothing but tokenising is serialised, so a query
-does not wait behind another caller's batch. `LOCAL_EMBEDDER_RUNTIME=torch` keeps torch.
+does not wait behind another caller's batch. Concurrent queries share a forward pass where
+they would otherwise queue for a core (`embedding.lanes`). `LOCAL_EMBEDDER_RUNTIME=torch`
+keeps torch.
 
 `all-MiniLM-L6-v2-int8` (a token's `embed_body.model`) is the packaged model with its weights
 quantised to int8 at load (`embedding.int8`): faster, with close but different vectors, so an
@@ -50,6 +52,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from memory_bridge.embedding import int8, onnx_encoder
+from memory_bridge.embedding.lanes import Lanes, Query
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +68,13 @@ RECENT = 32
 # costs about linearly in its length, so a long message (an agent's prompt, a pasted document)
 # costs half as much on the request path and in indexing (docs/decisions.md, "Embedding length").
 DEFAULT_MAX_TOKENS = 128
+# Single-text forward passes (recall queries) running at once; more callers share a pass
+# (`embedding.lanes`). One lane: its batches cost least per text, and the other core stays free
+# for the event loop and the worker (docs/performance.md, "embed_concurrent.py").
+QUERY_LANES = 1
+# The int8 graph embeds each text in a pass of its own (`embedding.int8`), so its callers gain
+# nothing by waiting for one another: they run side by side, as many as the memory threads.
+UNSHARED_LANES = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +132,9 @@ class _Loaded:
         self.recent: OrderedDict[bytes, list[float]] = OrderedDict()
         # Single texts being embedded right now (ONNX path), for callers asking for the same.
         self.pending: dict[bytes, Future[list[float]]] = {}
+        self.lanes = (
+            Lanes(UNSHARED_LANES, 1) if quantized else Lanes(QUERY_LANES, onnx_encoder.CHUNK)
+        )
 
     @property
     def runtime(self) -> Backend:
@@ -162,7 +175,8 @@ class _Loaded:
         return [vector for vector in known if vector is not None]
 
     def _single_onnx(self, onnx: onnx_encoder.OnnxEncoder, text: str, key: bytes) -> list[float]:
-        """One text's vector, computed once for concurrent callers asking for the same text."""
+        """One text's vector, computed once for concurrent callers asking for the same text,
+        and in one forward pass with other callers' texts that wait for a lane (`_Lanes`)."""
         with self.lock:
             if (hit := self._recent(key)) is not None:
                 return hit
@@ -170,20 +184,17 @@ class _Loaded:
             owner = pending is None
             if pending is None:
                 pending = self.pending[key] = Future()
-        if not owner:
-            return list(pending.result())
-        try:
-            vector: list[float] = onnx.encode([text])[0].tolist()
-        except BaseException as exc:
-            with self.lock:
-                del self.pending[key]
-            pending.set_exception(exc)
-            raise
+        if owner:
+            self.lanes.run(onnx, Query(text, key, pending), self._finished)
+        return list(pending.result())
+
+    def _finished(self, query: Query, vector: list[float] | None) -> None:
+        """Called by the lane that embedded `query` (None: its pass failed), before the
+        query's future is set: the vector is remembered and the text no longer pending."""
         with self.lock:
-            self._remember(key, vector)
-            del self.pending[key]
-        pending.set_result(vector)
-        return list(vector)
+            if vector is not None:
+                self._remember(query.key, vector)
+            del self.pending[query.key]
 
     def _recent(self, key: bytes) -> list[float] | None:
         """A remembered vector, as a fresh list (the caller owns it); under `self.lock`."""
