@@ -12,6 +12,7 @@ import numpy.typing as npt
 import pytest
 
 from memory_bridge.embedding.lanes import Lanes, Query
+from memory_bridge.embedding.local import SHARED_MAX_CHARS, _Loaded
 
 WAIT = 10.0
 
@@ -112,3 +113,16 @@ def test_lanes_and_batch_are_at_least_one() -> None:
         Lanes(lanes=0, batch=8)
     with pytest.raises(ValueError, match="at least 1"):
         Lanes(lanes=1, batch=0)
+
+
+def test_a_long_query_does_not_wait_for_the_shared_lane() -> None:
+    encoder = RecordingEncoder()
+    loaded = _Loaded(None, 2, None, 1, encoder)  # the recording encoder as its ONNX encoder
+    long = "a long question " * (SHARED_MAX_CHARS // 10)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        short = pool.submit(loaded.encode, ["a short question"])
+        assert encoder.first_started.wait(WAIT)  # the shared lane is busy until released
+        assert loaded.encode([long]) == [[float(len(long)), 0.0]]
+        encoder.release.set()
+        assert short.result(WAIT) == [[16.0, 0.0]]
+    assert encoder.passes == [["a short question"], [long]]

@@ -72,9 +72,12 @@ DEFAULT_MAX_TOKENS = 128
 # (`embedding.lanes`). One lane: its batches cost least per text, and the other core stays free
 # for the event loop and the worker (docs/performance.md, "embed_concurrent.py").
 QUERY_LANES = 1
-# The int8 graph embeds each text in a pass of its own (`embedding.int8`), so its callers gain
-# nothing by waiting for one another: they run side by side, as many as the memory threads.
+# Texts that run side by side, each in a pass of its own: the int8 graph's (it embeds one text
+# per pass anyway, `embedding.int8`) and long ones, which would hold the shared lane for a long
+# pass and pad every short text beside them to their length.
 UNSHARED_LANES = 64
+# A query of more characters than this (about 60 word pieces of English) is a long one.
+SHARED_MAX_CHARS = 300
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,9 +135,8 @@ class _Loaded:
         self.recent: OrderedDict[bytes, list[float]] = OrderedDict()
         # Single texts being embedded right now (ONNX path), for callers asking for the same.
         self.pending: dict[bytes, Future[list[float]]] = {}
-        self.lanes = (
-            Lanes(UNSHARED_LANES, 1) if quantized else Lanes(QUERY_LANES, onnx_encoder.CHUNK)
-        )
+        self.alone = Lanes(UNSHARED_LANES, 1)
+        self.shared = self.alone if quantized else Lanes(QUERY_LANES, onnx_encoder.CHUNK)
 
     @property
     def runtime(self) -> Backend:
@@ -185,7 +187,8 @@ class _Loaded:
             if pending is None:
                 pending = self.pending[key] = Future()
         if owner:
-            self.lanes.run(onnx, Query(text, key, pending), self._finished)
+            lanes = self.shared if len(text) <= SHARED_MAX_CHARS else self.alone
+            lanes.run(onnx, Query(text, key, pending), self._finished)
         return list(pending.result())
 
     def _finished(self, query: Query, vector: list[float] | None) -> None:
