@@ -18,12 +18,18 @@ from tests.support.scripts import run_script
 
 TARGETS = ("direct", "mb-pass", "mb-fresh", "mb-history", "mb-memory")
 THROUGHPUT_KEYS = ("c16_d0", "c64_d0", "c16_d200", "c64_d200")
+# The CPU figures over a few requests: their presence is checked, not their level.
+SMOKE_CPU = ("--cpu-requests", "30,5")
 
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     data = run_script(
-        "bench_proxy.py", "--quick", "--skip-litellm", workdir=tmp_path_factory.mktemp("bench")
+        "bench_proxy.py",
+        "--quick",
+        "--skip-litellm",
+        *SMOKE_CPU,
+        workdir=tmp_path_factory.mktemp("bench"),
     )
     assert "| measurement |" in data["stdout"]
     return data
@@ -116,6 +122,7 @@ def test_a_baseline_build_runs_side_by_side_and_targets_can_be_chosen(
         "mb-pass,base-pass",
         "--think-ms",
         "5",
+        *SMOKE_CPU,
         workdir=tmp_path,
     )
     assert list(data["results"]) == ["direct", "mb-pass", "base-pass"]

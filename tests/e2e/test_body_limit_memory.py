@@ -7,8 +7,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.support.serve import ServeProcess, init_data_dir, serve_env
+
+pytestmark = pytest.mark.serial  # reads the serving process's RSS
 
 LIMIT = 4 * 1024 * 1024
 BODY = 10 * LIMIT

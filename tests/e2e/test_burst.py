@@ -47,6 +47,8 @@ from tests.support.serve import (
     start_bench_upstream,
 )
 
+pytestmark = pytest.mark.serial  # 2,000 requests at concurrency 100; counts descriptors
+
 T = TypeVar("T")
 
 REQUESTS = 2000

@@ -134,6 +134,7 @@ def upstream_url() -> Iterator[tuple[FakeUpstream, str]]:
         yield fake, server.url
 
 
+@pytest.mark.serial  # SIGTERM to a real server while a request is in flight
 def test_sigterm_lets_the_in_flight_request_finish(
     env: dict[str, str], upstream_url: tuple[FakeUpstream, str], tmp_path: Path
 ) -> None:

@@ -79,6 +79,8 @@ from tests.support.tagged_memories import (
     tagged_memories,
 )
 
+pytestmark = pytest.mark.serial  # kill -9 in a loop, each restart within a bound
+
 TRIALS = 20
 SEED = int(os.environ.get("MEMORY_BRIDGE_CRASH_SEED", "20261123"))  # another seed: new kills
 USERS = ("ana", "bo")  # one session each: two Mem0 namespaces, two Gateway sessions

@@ -53,7 +53,8 @@ from tests.support.serve import (
     start_bench_upstream,
 )
 
-pytestmark = [needs_postgres, pytest.mark.postgres]
+# kill -9 of a worker, leases that expire, 2,000 turns and four workers on two cores
+pytestmark = [needs_postgres, pytest.mark.postgres, pytest.mark.serial]
 
 SESSIONS = 50
 TURNS = 40  # per session: 2,000 jobs

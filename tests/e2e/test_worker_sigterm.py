@@ -39,6 +39,8 @@ from tests.support.serve import (
     start_bench_upstream,
 )
 
+pytestmark = pytest.mark.serial  # SIGTERM to worker processes within drain timeouts
+
 
 @dataclass
 class Setup:
