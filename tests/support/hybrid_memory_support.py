@@ -13,18 +13,16 @@ import dataclasses
 import json
 import socket
 import sqlite3
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from memory_bridge.server.app import create_app
 from tests.fakes.gateway import FakeGateway
 from tests.support.chat_helpers import Msg, assistant, system, user
 from tests.support.loopback import LoopbackServer
+from tests.support.polling import wait_until as wait_until
 from tests.support.proxy import Proxy, start_proxy
 
-T = TypeVar("T")
 __all__ = ["assistant", "system", "user"]
 
 MODEL = "gpt-4o-mini"
@@ -34,7 +32,6 @@ GW_USER = "gateway_test_user"
 USER_KEY = "uk_live_TOPSECRET_9f8e7d6c5b4a3210"
 CURATED_HEADER = "## Curated memory"
 RECALL_LABEL = "[Memory Gateway recall"
-WAIT_SECONDS = 20.0
 
 EVENT_TYPES = (
     "memory_gateway_recall_succeeded",
@@ -54,21 +51,6 @@ def gateway_memory(base_url: str, *, mode: str | None = "hybrid", **overrides: A
     if mode is not None:
         memory["mode"] = mode
     return memory
-
-
-def wait_until(check: Callable[[], T | None], what: str, seconds: float = WAIT_SECONDS) -> T:
-    """Poll `check` until it returns something truthy; fail naming `what` if it never does.
-
-    The bound only keeps a broken build from hanging the suite; nothing is timed.
-    """
-    deadline = time.monotonic() + seconds
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.01)
 
 
 def events(proxy: Proxy, token_id: int, **params: Any) -> list[Msg]:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 import re
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 import pytest
@@ -20,13 +19,12 @@ from memory_bridge.sources.longterm.pool import Mem0Pool
 from memory_bridge.sources.longterm.source import LongTermMemory
 from tests.fakes.upstream import FakeUpstream
 from tests.support.loopback import LoopbackServer
+from tests.support.polling import WAIT as WAIT
+from tests.support.polling import wait_until as wait_until
 from tests.support.proxy import Proxy, start_proxy
-
-T = TypeVar("T")
 
 MEMORY_LLM_KEY = "sk-memory-llm-secret-0123456789abcdef"
 EMBED_KEY = "sk-embedder-secret-0123456789abcdef"
-WAIT = 120.0  # upper bound for background work to land; never a measured duration
 
 
 def memory_fields(upstream_url: str, dims: int = 32, **extra: Any) -> dict[str, Any]:
@@ -56,18 +54,6 @@ def episodic_embedder(upstream_url: str) -> dict[str, Any]:
         "embed_dims": 32,
         "embed_body": {"model": "bow-words"},
     }
-
-
-def wait_until(check: Callable[[], T], timeout: float = WAIT, what: str = "condition") -> T:
-    """Poll `check` until it returns something truthy; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def memories(proxy: Proxy, token_id: int, user: str | None = None) -> list[dict[str, Any]]:
