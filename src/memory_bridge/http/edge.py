@@ -22,10 +22,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from memory_bridge.core import metrics
 from memory_bridge.core.errors import ProxyError
 from memory_bridge.core.request_context import new_request_id, request_id_var
-from memory_bridge.http import chat_routes, responses_routes
+from memory_bridge.http import chat_routes, mcp_session, responses_routes
 from memory_bridge.http.body_limits import BodyLimits, BodyReader, BodyRefused, content_length
 from memory_bridge.http.errors import error_body
-from memory_bridge.http.mcp import server as mcp_server
 from memory_bridge.http.services import services_in
 from memory_bridge.storage.tokens import Principal, TokenStore
 
@@ -148,9 +147,9 @@ class EdgeMiddleware:
             await responses_routes.responses(scope, receive, send)
         elif path.startswith(responses_routes.PREFIX):
             await responses_routes.below_responses(scope, receive, send)
-        elif path == mcp_server.PATH:
+        elif path == mcp_session.PATH:
             # Authenticated above like chat (a service token), the body bounded alike.
-            await mcp_server.endpoint(scope, receive, send)
+            await services_in(scope).mcp.handle_request(scope, receive, send)
         else:
             await self.app(scope, receive, send)
 
@@ -167,7 +166,7 @@ def route_of(path: str) -> str:
         return "responses"
     if path.startswith(responses_routes.PREFIX):
         return "responses_item"
-    if path == mcp_server.PATH:
+    if path == mcp_session.PATH:
         return "mcp"
     if needs_admin(path):
         return "metrics" if path == METRICS_PATH else "admin"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from sqlalchemy import Connection, select
 
@@ -37,7 +38,18 @@ class Readiness:
         return {"status": "warming", "waiting_for": self.waiting_for}
 
 
-async def warm_up(runtime: MemoryServices, settings: Settings, readiness: Readiness) -> None:
+class Startable(Protocol):
+    """What starts on first use unless the warm-up starts it (the MCP endpoint)."""
+
+    async def start(self) -> object: ...
+
+
+async def warm_up(
+    runtime: MemoryServices,
+    settings: Settings,
+    readiness: Readiness,
+    mcp: Startable | None = None,
+) -> None:
     try:
         await _warm_model(runtime, settings, readiness)
         readiness.waiting_for = "vector shards"
@@ -45,6 +57,9 @@ async def warm_up(runtime: MemoryServices, settings: Settings, readiness: Readin
         limit, vectors = _warm_limit(settings), runtime.vectors
         opened = await runtime.vector_threads.run(lambda: open_shards(vectors, ids, limit))
         readiness.warmed["shards"] = opened
+        if mcp is not None:
+            readiness.waiting_for = "the MCP endpoint"
+            await mcp.start()
     except Exception as exc:
         log.error(
             "warm-up failed (%s): what it did not load loads on first use", type(exc).__name__

@@ -7,7 +7,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import cast
 
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.applications import Starlette
 from starlette.requests import HTTPConnection
 from starlette.types import Scope
@@ -15,6 +14,7 @@ from starlette.types import Scope
 from memory_bridge.chat.handler import ChatHandler
 from memory_bridge.chat.upstream import Upstream
 from memory_bridge.http.body_limits import BodyLimits
+from memory_bridge.http.mcp_session import McpSession
 from memory_bridge.http.readiness import Readiness
 from memory_bridge.http.token_limits import TokenLimiter
 from memory_bridge.jobs.worker import JobWorker
@@ -35,7 +35,7 @@ class Services:
     storage_health: StorageHealth
     body_limits: BodyLimits
     worker: JobWorker | None  # None when `serve` leaves the queue to worker processes
-    mcp: StreamableHTTPSessionManager  # `/mcp` (http/mcp); run for the app's lifetime
+    mcp: McpSession  # `/mcp` (http/mcp), started by the warm-up or its first request
     console_sessions: ConsoleSessions
     limiter: TokenLimiter
     readiness: Readiness

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -24,7 +24,7 @@ from memory_bridge.http import admin, console, metrics_route, openapi, passthrou
 from memory_bridge.http.body_limits import BodyLimits
 from memory_bridge.http.edge import EdgeMiddleware
 from memory_bridge.http.errors import install_error_handlers
-from memory_bridge.http.mcp.server import create_session_manager
+from memory_bridge.http.mcp_session import McpSession, SessionManager
 from memory_bridge.http.readiness import Readiness, warm_up
 from memory_bridge.http.services import Services, services_of
 from memory_bridge.http.token_limits import TokenLimiter
@@ -111,6 +111,13 @@ def _chat_handler(
     )
 
 
+def _load_mcp() -> Callable[[], SessionManager]:
+    """The MCP endpoint's factory; imports the SDK (~0.4 s), so not before it is needed."""
+    from memory_bridge.http.mcp.server import create_session_manager
+
+    return create_session_manager
+
+
 @asynccontextmanager
 async def running_services(settings: Settings) -> AsyncIterator[Services]:
     """Every long-lived object, built once: the memory services, the upstream session, the
@@ -134,28 +141,29 @@ async def running_services(settings: Settings) -> AsyncIterator[Services]:
         recorder.on_enqueued(worker.wake)
     traces = TraceStore(memory.db, settings.trace_retention_count, settings.trace_retention_seconds)
     chat = _chat_handler(settings, memory, upstream, recorder, health, traces)
-    # The MCP SDK's session manager runs (its task group) for as long as the app does.
-    mcp = create_session_manager()
+    # The MCP SDK's session manager runs (its task group) from its start (the warm-up's or the
+    # first /mcp request's) to the end of the app.
+    mcp = McpSession(_load_mcp)
     token_count.load()
     if worker is not None:
         worker.start()
     try:
-        async with mcp.run():
-            yield Services(
-                settings=settings,
-                memory=memory,
-                upstream=upstream,
-                chat=chat,
-                traces=traces,
-                storage_health=health,
-                body_limits=BodyLimits.from_settings(settings),
-                worker=worker,
-                mcp=mcp,
-                console_sessions=ConsoleSessions(settings.console_session_seconds),
-                limiter=TokenLimiter(),
-                readiness=Readiness(),
-            )
+        yield Services(
+            settings=settings,
+            memory=memory,
+            upstream=upstream,
+            chat=chat,
+            traces=traces,
+            storage_health=health,
+            body_limits=BodyLimits.from_settings(settings),
+            worker=worker,
+            mcp=mcp,
+            console_sessions=ConsoleSessions(settings.console_session_seconds),
+            limiter=TokenLimiter(),
+            readiness=Readiness(),
+        )
     finally:
+        await mcp.close()
         if worker is not None:
             await worker.stop(settings.background_drain_timeout)
         await traces.close()
@@ -174,7 +182,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             # Everything built so far lives as long as the server: out of the collector's way.
             freeze_long_lived()
             warming = asyncio.create_task(
-                warm_up(services.memory, settings, services.readiness), name="warm-up"
+                warm_up(services.memory, settings, services.readiness, services.mcp), name="warm-up"
             )
             log.info("MemoryBridge serving (warming up: GET /ready)")
             try:

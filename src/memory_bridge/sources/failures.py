@@ -12,12 +12,12 @@ honour instead of retrying a request that cannot succeed.
 
 from __future__ import annotations
 
+import sys
 import traceback
 from dataclasses import dataclass
+from typing import Literal
 
 import httpx
-import openai
-from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
 from memory_bridge.vectors.index import DimensionMismatch, VectorIndexError
 
@@ -78,13 +78,16 @@ def classify(exc: BaseException) -> Cause:
     if isinstance(exc, DimensionMismatch):
         # The embedder's vectors are not the size the token's `embed_dims` says.
         return Cause("embedder_dimension_mismatch", "the embedder's vectors are not embed_dims")
-    if isinstance(
-        exc, UnexpectedResponse | ResponseHandlingException | VectorIndexError
-    ) or _raised_in(exc, _VECTOR_STORE_MODULES):
+    if (
+        isinstance(exc, VectorIndexError)
+        or _qdrant_client_error(exc)
+        or _raised_in(exc, _VECTOR_STORE_MODULES)
+    ):
         return Cause("vector_store_error", "the vector store failed")
-    if isinstance(exc, openai.APITimeoutError | httpx.TimeoutException):
+    openai_kind = _openai_kind(exc)
+    if isinstance(exc, httpx.TimeoutException) or openai_kind == "timeout":
         return Cause("embedder_timeout", "the embedder did not answer in time", retryable=True)
-    if isinstance(exc, openai.APIConnectionError | httpx.TransportError):
+    if isinstance(exc, httpx.TransportError) or openai_kind == "connection":
         return Cause("embedder_unreachable", "the embedder could not be reached")
     status = _status(exc)
     if status is not None:
@@ -98,6 +101,32 @@ def classify(exc: BaseException) -> Cause:
     if _raised_in(exc, ("memory_bridge.embedding.local",)):
         return Cause("local_embedder_error", "the local embedder failed (see the server log)")
     return Cause("longterm_error", "unexpected error (see the server log)")
+
+
+# qdrant-client and openai take ~1 s to import, and `serve` needs neither to start (the embedded
+# engine, no token built yet): their exception classes are looked at only once the library is
+# loaded, as no instance of a class can exist before its module is imported.
+
+
+def _qdrant_client_error(exc: BaseException) -> bool:
+    """qdrant-client's own error answers (the server adapter wraps them in VectorIndexError;
+    this catches one that reaches here unwrapped)."""
+    if "qdrant_client" not in sys.modules:
+        return False
+    from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
+
+    return isinstance(exc, UnexpectedResponse | ResponseHandlingException)
+
+
+def _openai_kind(exc: BaseException) -> Literal["timeout", "connection"] | None:
+    """Whether `exc` is the openai package's timeout or (other) connection error."""
+    if "openai" not in sys.modules:
+        return None
+    import openai
+
+    if isinstance(exc, openai.APITimeoutError):  # a subclass of APIConnectionError
+        return "timeout"
+    return "connection" if isinstance(exc, openai.APIConnectionError) else None
 
 
 def _missing_module(exc: BaseException) -> str | None:
@@ -124,8 +153,11 @@ def _raised_in(exc: BaseException, modules: tuple[str, ...]) -> bool:
 def _status(exc: BaseException) -> int | None:
     """The HTTP status of an embedder's error answer (openai, httpx, or a client library's
     own exception with a `status_code`, like Ollama's)."""
-    if isinstance(exc, openai.APIStatusError):
-        return exc.status_code
+    if "openai" in sys.modules:  # see _openai_kind
+        import openai
+
+        if isinstance(exc, openai.APIStatusError):
+            return exc.status_code
     if isinstance(exc, httpx.HTTPStatusError):
         return exc.response.status_code
     code = getattr(exc, "status_code", None)

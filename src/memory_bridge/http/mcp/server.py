@@ -22,7 +22,6 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from prometheus_client import Counter
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
-from starlette.types import Receive, Scope, Send
 
 from memory_bridge.core.errors import ProxyError
 from memory_bridge.core.turn import DEFAULT_SESSION, TOKEN_WIDE_USER
@@ -34,7 +33,6 @@ from memory_bridge.storage.tokens import Principal
 
 log = logging.getLogger(__name__)
 
-PATH = "/mcp"
 AUDIT_TYPE = "mcp_tool_called"
 CALLS = Counter(
     "memorybridge_mcp_tool_calls_total",
@@ -58,8 +56,8 @@ _INSTRUCTIONS = (
 
 
 def create_session_manager() -> StreamableHTTPSessionManager:
-    """The SDK's session manager over our tools; its `run()` is entered in the app's
-    lifespan (server/app.py), and `endpoint` hands it the requests."""
+    """The SDK's session manager over our tools; `http.mcp_session` runs it and hands it the
+    requests."""
     server: Server[Any] = Server(
         "memorybridge",
         version="0.1.0",
@@ -75,11 +73,6 @@ def create_session_manager() -> StreamableHTTPSessionManager:
         # the SDK's own check, on the declared length only, would answer first in another.
         max_request_body_size=_UNBOUNDED_HERE,
     )
-
-
-async def endpoint(scope: Scope, receive: Receive, send: Send) -> None:
-    manager = services_in(scope).mcp
-    await manager.handle_request(scope, receive, send)
 
 
 async def _list_tools(
