@@ -77,20 +77,30 @@ def test_callers_behind_a_busy_lane_share_one_pass() -> None:
     assert encoder.most_at_once == 1
 
 
-def test_a_pass_takes_at_most_batch_texts_and_lanes_run_side_by_side() -> None:
-    lanes, encoder = Lanes(lanes=2, batch=2), RecordingEncoder()
-    with ThreadPoolExecutor(max_workers=8) as pool:
+def test_a_pass_takes_at_most_batch_texts() -> None:
+    lanes, encoder = Lanes(lanes=1, batch=2), RecordingEncoder()
+    with ThreadPoolExecutor(max_workers=6) as pool:
         first = pool.submit(_call, lanes, encoder, "a")
         assert encoder.first_started.wait(WAIT)
-        rest = [pool.submit(_call, lanes, encoder, f"t{n}") for n in range(6)]
+        rest = [pool.submit(_call, lanes, encoder, f"t{n}") for n in range(5)]
+        _wait_for_waiters(lanes, 5)
         encoder.release.set()
         assert first.result(WAIT)[0] == 1.0
         assert all(f.result(WAIT)[0] == 2.0 for f in rest)
-    assert all(len(texts) <= 2 for texts in encoder.passes)
-    assert sorted(t for texts in encoder.passes for t in texts) == ["a"] + [
-        f"t{n}" for n in range(6)
-    ]
-    assert encoder.most_at_once <= 2
+    assert [len(texts) for texts in encoder.passes] == [1, 2, 2, 1]
+    embedded = sorted(t for texts in encoder.passes for t in texts)
+    assert embedded == ["a"] + [f"t{n}" for n in range(5)]
+
+
+def test_a_second_lane_runs_beside_a_busy_one() -> None:
+    lanes, encoder = Lanes(lanes=2, batch=8), RecordingEncoder()
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        first = pool.submit(_call, lanes, encoder, "a")
+        assert encoder.first_started.wait(WAIT)
+        assert _call(lanes, encoder, "bb") == [2.0, 0.0]  # while the first pass still runs
+        assert encoder.most_at_once == 2
+        encoder.release.set()
+        assert first.result(WAIT) == [1.0, 0.0]
 
 
 def test_a_failed_pass_fails_every_caller_in_it_and_frees_its_lane() -> None:
