@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.trees import call_in_tree, source_trees
 
 SUBJECTS = ("Caroline", "the team", "my sister", "our neighbour", "the old professor", "Tom")
 VERBS = ("say about", "think of", "plan for", "remember from", "decide on", "learn at")
@@ -80,21 +82,6 @@ def measure(threads: int, queries: int, lanes: int | None) -> dict[str, float]:
     }
 
 
-def child(src: str, threads: int, queries: int, lanes: int | None) -> dict[str, float]:
-    env = {**os.environ, "PYTHONPATH": src, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    here = str(Path(__file__).parent)
-    code = (
-        f"import sys, json; sys.path.insert(0, {here!r}); import embed_concurrent as m; "
-        f"print(json.dumps(m.measure({threads}, {queries}, {lanes!r})))"
-    )
-    command = [sys.executable, "-c", code]
-    out = subprocess.run(command, env=env, capture_output=True, text=True)  # noqa: S603 (ours)
-    if out.returncode != 0:
-        raise SystemExit(out.stderr[-2000:])
-    figures: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
-    return figures
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline-src", help="a second tree to measure side by side")
@@ -103,18 +90,20 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=400, help="texts per measurement")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args()
-    here = str(Path(__file__).resolve().parents[2] / "src")
+    trees = source_trees(args.baseline_src)
     runs: dict[str, tuple[str, int | None]] = {}
     for lanes in [int(x) for x in args.lanes.split(",") if x] or [None]:
-        runs["this tree" if lanes is None else f"this tree, {lanes} lane(s)"] = (here, lanes)
-    if args.baseline_src:
-        runs["baseline"] = (args.baseline_src + "/src", None)
+        name = "this tree" if lanes is None else f"this tree, {lanes} lane(s)"
+        runs[name] = (trees["this tree"], lanes)
+    if "baseline" in trees:
+        runs["baseline"] = (trees["baseline"], None)
     rows = []
     print("| callers | run | texts/s | p50 ms | p95 ms | CPU ms / text |")
     print("|---|---|---|---|---|---|")
     for threads in [int(x) for x in args.threads.split(",")]:
         for name, (src, lanes) in runs.items():
-            f = child(src, threads, args.queries, lanes)
+            call = f"m.json.dumps(m.measure({threads}, {args.queries}, {lanes!r}))"
+            f = json.loads(call_in_tree(src, Path(__file__), call))
             rows.append({"threads": threads, "run": name, **f})
             print(
                 f"| {threads} | {name} | {f['texts_per_s']:.0f} | {f['p50_ms']:.1f} | "

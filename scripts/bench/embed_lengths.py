@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.trees import call_in_tree, source_trees
+
+HERE = Path(__file__)
 
 SENTENCE = "The quarterly report shows revenue grew in the northern region while costs fell. "
 REPEATS = (1, 3, 6, 12, 45)  # 89 to ~4,000 characters
@@ -39,36 +43,19 @@ def measure(repeats: int, count: int) -> float:
     return statistics.median(times)
 
 
-def child(src: str, repeats: int, count: int) -> float:
-    env = {**os.environ, "PYTHONPATH": src, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    here = str(Path(__file__).parent)
-    code = (
-        f"import sys; sys.path.insert(0, {here!r}); import embed_lengths as m; "
-        f"print(m.measure({repeats}, {count}))"
-    )
-    command = [sys.executable, "-c", code]
-    out = subprocess.run(command, env=env, capture_output=True, text=True)  # noqa: S603 (ours)
-    if out.returncode != 0:
-        raise SystemExit(out.stderr[-2000:])
-    return float(out.stdout.strip().splitlines()[-1])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline-src", help="a second tree to measure side by side")
     parser.add_argument("--repeats", type=int, default=15, help="texts per length")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args()
-    here = str(Path(__file__).resolve().parents[2] / "src")
-    trees = {
-        "this tree": here,
-        **({"baseline": args.baseline_src + "/src"} if args.baseline_src else {}),
-    }
+    trees = source_trees(args.baseline_src)
     rows = []
     print("| characters | " + " | ".join(f"{name} p50 ms" for name in trees) + " |")
     print("|---|" + "---|" * len(trees))
     for repeats in REPEATS:
-        figures = {name: child(src, repeats, args.repeats) for name, src in trees.items()}
+        call = f"m.measure({repeats}, {args.repeats})"
+        figures = {name: float(call_in_tree(src, HERE, call)) for name, src in trees.items()}
         chars = len(f"0 {SENTENCE * repeats}")
         rows.append({"characters": chars, **figures})
         print(

@@ -106,7 +106,10 @@ class Children:
         self.procs.clear()
 
 
-def wait_ready(url: str, proc: subprocess.Popen[Any], name: str, timeout: float) -> None:
+def wait_ready(
+    url: str, proc: subprocess.Popen[Any], name: str, timeout: float, interval: float = 0.1
+) -> None:
+    """Until `url` answers 200; `interval` between tries (finer where start-up is timed)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -114,7 +117,7 @@ def wait_ready(url: str, proc: subprocess.Popen[Any], name: str, timeout: float)
         with contextlib.suppress(httpx.TransportError):
             if httpx.get(url, timeout=2, trust_env=False).status_code == 200:
                 return
-        time.sleep(0.1)
+        time.sleep(interval)
     raise RuntimeError(f"{name} was not ready after {timeout:.0f} s ({url})")
 
 

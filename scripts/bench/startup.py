@@ -13,11 +13,9 @@ worktree of the commit before), alternating run by run, so both trees see the sa
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -26,9 +24,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import httpx
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-REPO = Path(__file__).resolve().parents[2]
+from bench.processes import child_env, free_port, wait_ready
+from bench.trees import REPO, source_trees
+
 START_TIMEOUT = 120.0  # a bound for a loaded machine, not a measurement
 IMPORT_CODE = (
     "import time; t = time.perf_counter(); import memory_bridge.server.app; "
@@ -37,14 +37,9 @@ IMPORT_CODE = (
 
 
 def env_for(src: str, data_dir: Path) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k.lower() not in ("http_proxy", "https_proxy", "all_proxy")
-    }
-    env.update(
+    """The end-to-end tests' environment (tests/support/serve.py), on `src`'s code."""
+    return child_env(
         PYTHONPATH=src,
-        NO_PROXY="127.0.0.1,localhost",
         MEMORY_BRIDGE_DATA_DIR=str(data_dir),
         DATABASE_URL="",
         QDRANT_URL="",
@@ -56,7 +51,6 @@ def env_for(src: str, data_dir: Path) -> dict[str, str]:
         TRANSFORMERS_OFFLINE="1",
         EPISODIC_DEFAULT_EMBEDDER="none",
     )
-    return env
 
 
 def cli(env: dict[str, str], *args: str) -> float:
@@ -80,29 +74,9 @@ def import_app(env: dict[str, str]) -> float:
     return float(done.stdout.strip().splitlines()[-1])
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _wait(proc: subprocess.Popen[bytes], url: str) -> None:
-    deadline = time.monotonic() + START_TIMEOUT
-    with httpx.Client(trust_env=False, timeout=2) as client:
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise SystemExit(f"serve exited ({proc.returncode}) before {url} answered")
-            with contextlib.suppress(httpx.TransportError):
-                if client.get(url).status_code == 200:
-                    return
-            time.sleep(0.01)
-    raise SystemExit(f"{url} did not answer 200 within {START_TIMEOUT:.0f} s")
-
-
 def serve(env: dict[str, str], workdir: Path) -> tuple[float, float]:
     """Seconds from launching `memory-bridge serve` to `/health` 200, and to `/ready` 200."""
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     with (workdir / "serve.log").open("ab") as log:
         started = time.perf_counter()
@@ -114,9 +88,9 @@ def serve(env: dict[str, str], workdir: Path) -> tuple[float, float]:
             start_new_session=True,
         )
     try:
-        _wait(proc, url + "/health")
+        wait_ready(url + "/health", proc, "serve", START_TIMEOUT, interval=0.01)
         health = time.perf_counter() - started
-        _wait(proc, url + "/ready")
+        wait_ready(url + "/ready", proc, "serve", START_TIMEOUT, interval=0.01)
         return health, time.perf_counter() - started
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
@@ -149,10 +123,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="runs per figure and tree")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args()
-    trees = {
-        "this tree": str(REPO / "src"),
-        **({"baseline": str(Path(args.baseline_src) / "src")} if args.baseline_src else {}),
-    }
+    trees = source_trees(args.baseline_src)
     with tempfile.TemporaryDirectory(prefix="mb-startup-") as tmp:
         envs = {}
         for name, src in trees.items():

@@ -13,6 +13,7 @@ from mcp import types
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
+from tests.support.chat_helpers import say as say
 from tests.support.hybrid_memory_support import db_rows
 from tests.support.longterm_support import memory_block, wait_until
 from tests.support.proxy import Proxy
@@ -83,15 +84,6 @@ def jobs_done(proxy: Proxy, token_id: int, consumer: str) -> None:
         return bool(counts) and set(counts) == {"done"}
 
     wait_until(done, what=f"the {consumer} jobs")
-
-
-def say(proxy: Proxy, token: str, text: str, session: str, user: str = "ada") -> None:
-    proxy.client(token).chat.completions.create(
-        model="m",
-        messages=[{"role": "user", "content": text}],
-        user=user,
-        extra_headers={"X-Session-Id": session},
-    )
 
 
 def listed_memories(block: str) -> list[str]:
