@@ -53,7 +53,8 @@ class Lanes:
         self._busy = 0
 
     def run(self, encoder: Encoder, query: Query, finished: Finished) -> None:
-        """Returns once `query`'s future is set (by this thread's pass or another's)."""
+        """Embeds `query` in a pass of this thread's, or returns at once if another thread's
+        pass took it; either way its future carries the outcome."""
         with self._cond:
             self._waiting.append(query)
             while not query.taken and self._busy >= self._lanes:
@@ -65,8 +66,6 @@ class Lanes:
                 self._busy += 1
         if batch:
             self._pass(encoder, batch, finished)
-        else:
-            query.result.exception()  # waits until the pass that took it has ended
 
     def _take(self, own: Query) -> list[Query]:
         """The caller's own text first, then the oldest waiting ones; under the condition."""

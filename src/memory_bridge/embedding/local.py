@@ -178,7 +178,7 @@ class _Loaded:
 
     def _single_onnx(self, onnx: onnx_encoder.OnnxEncoder, text: str, key: bytes) -> list[float]:
         """One text's vector, computed once for concurrent callers asking for the same text,
-        and in one forward pass with other callers' texts that wait for a lane (`_Lanes`)."""
+        and in one forward pass with other callers' texts waiting for a lane (`lanes`)."""
         with self.lock:
             if (hit := self._recent(key)) is not None:
                 return hit
